@@ -1,0 +1,625 @@
+"""Load and validate matrix.toml into typed, frozen tables. Nothing else in envkit reads the TOML.
+
+Every row must name its `source`. The loader checks every row and reports all bad rows at once,
+each with its line number, before anything uses the data.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import MatrixError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
+VENDOR_PLATFORM = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk"}
+
+
+@dataclass(frozen=True, order=True)
+class CC:
+    """An NVIDIA compute capability, e.g. 8.6 (sm_86)."""
+
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> "CC":
+        m = re.fullmatch(r"(?:sm_?|compute_)?(\d+)\.?(\d)?[af]?", text.strip().lower())
+        if not m:
+            raise ValueError(f"not a compute capability: {text!r}")
+        if m.group(2) is None:  # sm_86 / sm_120 style: the last digit is the minor
+            digits = m.group(1)
+            return cls(int(digits[:-1]), int(digits[-1]))
+        return cls(int(m.group(1)), int(m.group(2)))
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+def sass_runs_on(built: CC, gpu: CC) -> bool:
+    """A cubin for sm_X.Y runs on devices of the same major with minor >= Y."""
+    return built.major == gpu.major and built.minor <= gpu.minor
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    version: Version
+    release: str
+    min_driver: Version
+    toolkit_driver: Optional[Version]
+    archs: tuple[CC, ...]
+    cudnn: str
+    devel_image: str
+    runtime_image: str
+    source: str
+
+    def can_target(self, gpu: CC) -> bool:
+        return any(sass_runs_on(a, gpu) for a in self.archs)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    aliases: tuple[str, ...]
+    vendor: str
+    arch: str
+    memory_gb: float
+    bandwidth_gbs: float
+    min_dtk: Optional[Version]
+    source: str
+
+    @property
+    def cc(self) -> Optional[CC]:
+        return CC.parse(self.arch) if self.arch.startswith("sm_") else None
+
+    @property
+    def platform(self) -> str:
+        return VENDOR_PLATFORM[self.vendor]
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    version: Version
+    variant: str
+    platform: str
+    toolkit: Optional[Version]
+    archs: tuple[str, ...]
+    ptx: Optional[CC]
+    cxx11abi: bool
+    python: SpecifierSet
+    index_url: Optional[str]
+    wheel: Optional[str]
+    local: str
+    confidence: str
+    source: str
+
+    @property
+    def pin(self) -> str:
+        return f"{self.version}+{self.local}"
+
+    @property
+    def ccs(self) -> tuple[CC, ...]:
+        return tuple(CC.parse(a) for a in self.archs) if self.platform == "cuda" else ()
+
+    def runs_on_cc(self, gpu: CC) -> bool:
+        if any(sass_runs_on(a, gpu) for a in self.ccs):
+            return True
+        return self.ptx is not None and self.ptx <= gpu
+
+
+@dataclass(frozen=True)
+class Rocm:
+    version: Version
+    archs: tuple[str, ...]
+    devel_image: str
+    runtime_image: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Dtk:
+    version: Version
+    rocm: str
+    image_hint: str
+    source: str
+
+
+@dataclass(frozen=True)
+class FlashAttn:
+    version: Version
+    python: SpecifierSet
+    torch: SpecifierSet
+    nvcc: SpecifierSet
+    wheel_rule: str
+    wheel_nvcc: tuple[tuple[str, Version], ...]
+    wheel_torch: tuple[tuple[str, tuple[str, ...]], ...]
+    wheel_python: SpecifierSet
+    rocm_archs: tuple[str, ...]
+    kernels: tuple[str, ...]
+    kernel_setup_py: bool
+    confidence: str
+    source: str
+
+
+@dataclass(frozen=True)
+class FlashAttnArch:
+    arch: CC
+    nvcc: SpecifierSet
+    flash_attn: SpecifierSet
+    source: str
+
+
+@dataclass(frozen=True)
+class FlashAttnBroken:
+    flash_attn: SpecifierSet
+    torch: str
+    cxx11abi: bool
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Vllm:
+    version: Version
+    torch: SpecifierSet
+    python: SpecifierSet
+    cuda: tuple[Version, ...]
+    min_cc: CC
+    rocm: str
+    wheel_tag: str
+    confidence: str
+    source: str
+
+
+@dataclass(frozen=True)
+class PythonRelease:
+    version: Version
+    tarball: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: str
+    cuda: tuple[CudaToolkit, ...]
+    gpus: tuple[Gpu, ...]
+    torch: tuple[TorchBuild, ...]
+    rocm: tuple[Rocm, ...]
+    dtk: tuple[Dtk, ...]
+    flash_attn: tuple[FlashAttn, ...]
+    flash_attn_archs: tuple[FlashAttnArch, ...]
+    flash_attn_broken: tuple[FlashAttnBroken, ...]
+    vllm: tuple[Vllm, ...]
+    python: tuple[PythonRelease, ...]
+    raw: dict = field(repr=False, compare=False, hash=False)
+
+    def cuda_toolkit(self, version: Version) -> Optional[CudaToolkit]:
+        return next((c for c in self.cuda if c.version == version), None)
+
+    def rocm_release(self, version: Version) -> Optional[Rocm]:
+        return next((r for r in self.rocm if r.version == version), None)
+
+    def dtk_release(self, version: Version) -> Optional[Dtk]:
+        return next((d for d in self.dtk if d.version == version), None)
+
+
+# ---------------------------------------------------------------- validation helpers
+
+class _Row:
+    """Reads one row, recording every problem instead of stopping at the first."""
+
+    def __init__(self, table: str, index: int, line: int, data: dict, problems: list[str]) -> None:
+        self.table, self.index, self.line, self.data, self.problems = table, index, line, data, problems
+        self.ok = True
+
+    def _bad(self, key: str, why: str) -> None:
+        self.ok = False
+        self.problems.append(f"line {self.line}: [[{self.table}]] #{self.index + 1} `{key}`: {why}")
+
+    def get(self, key: str, conv: Callable[[Any], Any], default: Any = ..., kind: type | tuple = str) -> Any:
+        if key not in self.data:
+            if default is ...:
+                self._bad(key, "missing")
+                return None
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind):
+            self._bad(key, f"expected {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+            return None
+        try:
+            return conv(value)
+        except (InvalidVersion, InvalidSpecifier, ValueError, KeyError, TypeError) as exc:
+            self._bad(key, str(exc) or f"invalid value {value!r}")
+            return None
+
+    def source(self, inherited: str = "") -> str:
+        src = self.data.get("source", inherited)
+        if not isinstance(src, str) or not re.match(r"(https?://|doc:|file:|wheel:)\S+", src):
+            self._bad("source", "every row needs a source: a URL or 'doc:<document>'")
+            return ""
+        return src
+
+    def unknown_keys(self, allowed: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                self._bad(key, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _ident(x: Any) -> Any:
+    return x
+
+
+def _str_list(x: list) -> tuple[str, ...]:
+    if not all(isinstance(i, str) for i in x):
+        raise ValueError("expected a list of strings")
+    return tuple(x)
+
+
+def _cc_list(x: list) -> tuple[CC, ...]:
+    return tuple(CC.parse(i) for i in _str_list(x))
+
+
+def _confidence(x: str) -> str:
+    if x not in ("verified", "inferred"):
+        raise ValueError("confidence must be 'verified' or 'inferred'")
+    return x
+
+
+def _header_lines(text: str, table: str) -> list[int]:
+    pat = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]")
+    return [i + 1 for i, line in enumerate(text.splitlines()) if pat.match(line)]
+
+
+def _rows(raw: dict, text: str, table: str, problems: list[str]) -> list[_Row]:
+    data = raw.get(table, [])
+    if not isinstance(data, list):
+        problems.append(f"`{table}` must be an array of tables ([[{table}]])")
+        return []
+    lines = _header_lines(text, table)
+    return [_Row(table, i, lines[i] if i < len(lines) else 0, d, problems) for i, d in enumerate(data)]
+
+
+# ---------------------------------------------------------------- table parsers
+
+def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"version", "release", "min_driver", "toolkit_driver", "archs", "cudnn", "devel_image", "runtime_image", "source"})
+        t = CudaToolkit(
+            version=r.get("version", Version),
+            release=r.get("release", _ident),
+            min_driver=r.get("min_driver", Version),
+            toolkit_driver=r.get("toolkit_driver", Version, None),
+            archs=r.get("archs", _cc_list, kind=list),
+            cudnn=r.get("cudnn", _ident),
+            devel_image=r.get("devel_image", _ident),
+            runtime_image=r.get("runtime_image", _ident),
+            source=r.source(),
+        )
+        if r.ok:
+            out.append(t)
+    return out
+
+
+def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"name", "aliases", "vendor", "arch", "memory_gb", "bandwidth_gbs", "min_dtk", "source"})
+        vendor = r.get("vendor", lambda v: v if v in VENDOR_PLATFORM else (_ for _ in ()).throw(ValueError("vendor must be nvidia, amd or hygon")))
+        arch = r.get("arch", lambda a: a if re.fullmatch(r"sm_\d+|gfx[0-9a-f]+", a) else (_ for _ in ()).throw(ValueError("arch must look like sm_90 or gfx942")))
+        g = Gpu(
+            name=r.get("name", _ident),
+            aliases=r.get("aliases", _str_list, (), kind=list),
+            vendor=vendor,
+            arch=arch,
+            memory_gb=r.get("memory_gb", float, kind=(int, float)),
+            bandwidth_gbs=r.get("bandwidth_gbs", float, kind=(int, float)),
+            min_dtk=r.get("min_dtk", Version, None),
+            source=r.source(),
+        )
+        if r.ok:
+            out.append(g)
+    return out
+
+
+def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str, v: dict, problems: list[str]) -> Optional[TorchBuild]:
+    vr = _Row("torch.variants", r.index, r.line, v, problems)
+    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "source"})
+    name = vr.get("name", _ident)
+    only = vr.get("only", SpecifierSet, None)
+    if only is not None and version not in only:
+        return None
+    cuda = vr.get("cuda", Version, None)
+    rocm = vr.get("rocm", Version, None)
+    platform = "cuda" if cuda else "rocm" if rocm else "cpu"
+    if name and platform == "cpu" and name != "cpu":
+        vr._bad("name", "a variant without `cuda` or `rocm` must be named 'cpu'")
+    archs = vr.get("archs", _str_list, (), kind=list)
+    if platform == "cuda":
+        for a in archs or ():
+            try:
+                CC.parse(a)
+            except ValueError as exc:
+                vr._bad("archs", str(exc))
+    b = TorchBuild(
+        version=version,
+        variant=name,
+        platform=platform,
+        toolkit=cuda or rocm,
+        archs=archs,
+        ptx=vr.get("ptx", CC.parse, None),
+        cxx11abi=vr.get("cxx11abi", bool, kind=bool),
+        python=vr.get("python", SpecifierSet, python),
+        index_url=vr.get("index_url", _ident, f"https://download.pytorch.org/whl/{name}"),
+        wheel=None,
+        local=name,
+        confidence=vr.get("confidence", _confidence, "verified"),
+        source=vr.source(source),
+    )
+    return b if vr.ok else None
+
+
+def _parse_torch(rows: list[_Row], problems: list[str]) -> list[TorchBuild]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"versions", "python", "variants", "source"})
+        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
+        python = r.get("python", SpecifierSet)
+        source = r.source()
+        variants = r.get("variants", _ident, kind=list)
+        if not r.ok:
+            continue
+        for v in versions:
+            for var in variants:
+                b = _torch_variant(r, v, python, source, var, problems)
+                if b is not None:
+                    out.append(b)
+    return out
+
+
+def _parse_rocm(rows: list[_Row]) -> list[Rocm]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"version", "archs", "devel_image", "runtime_image", "confidence", "source"})
+        x = Rocm(
+            version=r.get("version", Version),
+            archs=r.get("archs", _str_list, kind=list),
+            devel_image=r.get("devel_image", _ident),
+            runtime_image=r.get("runtime_image", _ident),
+            source=r.source(),
+        )
+        if r.ok:
+            out.append(x)
+    return out
+
+
+def _parse_dtk(rows: list[_Row], problems: list[str]) -> tuple[list[Dtk], list[TorchBuild]]:
+    out, builds = [], []
+    for r in rows:
+        r.unknown_keys({"version", "rocm", "image_hint", "torch", "source"})
+        d = Dtk(
+            version=r.get("version", Version),
+            rocm=r.get("rocm", _ident),
+            image_hint=r.get("image_hint", _ident),
+            source=r.source(),
+        )
+        torches = r.get("torch", _ident, [], kind=list)
+        if not r.ok:
+            continue
+        out.append(d)
+        for t in torches:
+            tr = _Row("dtk.torch", r.index, r.line, t, problems)
+            tr.unknown_keys({"version", "local", "python", "cxx11abi", "wheel", "confidence", "source"})
+            b = TorchBuild(
+                version=tr.get("version", Version),
+                variant=f"dtk{d.version}",
+                platform="dtk",
+                toolkit=d.version,
+                archs=(),
+                ptx=None,
+                cxx11abi=tr.get("cxx11abi", bool, kind=bool),
+                python=tr.get("python", SpecifierSet),
+                index_url=None,
+                wheel=tr.get("wheel", _ident),
+                local=tr.get("local", _ident),
+                confidence=tr.get("confidence", _confidence, "verified"),
+                source=tr.source(d.source),
+            )
+            if tr.ok:
+                builds.append(b)
+    return out, builds
+
+
+_WHEEL_RULES = ("none", "verbatim", "cu118-122", "cu118-123", "major")
+
+
+def _parse_flash_attn(rows: list[_Row]) -> list[FlashAttn]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"versions", "python", "torch", "nvcc", "wheel_rule", "wheel_nvcc", "wheel_torch", "wheel_python",
+                        "rocm_archs", "kernels", "kernel_setup_py", "confidence", "source"})
+        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
+        rule = r.get("wheel_rule", lambda x: x if x in _WHEEL_RULES else (_ for _ in ()).throw(ValueError(f"wheel_rule must be one of {_WHEEL_RULES}")))
+        common = dict(
+            python=r.get("python", SpecifierSet),
+            torch=r.get("torch", SpecifierSet),
+            nvcc=r.get("nvcc", SpecifierSet),
+            wheel_rule=rule,
+            wheel_nvcc=r.get("wheel_nvcc", lambda d: tuple(sorted((k, Version(v)) for k, v in d.items())), {}, kind=dict),
+            wheel_torch=r.get("wheel_torch", lambda d: tuple((k, _str_list(v)) for k, v in d.items()), {}, kind=dict),
+            wheel_python=r.get("wheel_python", SpecifierSet, SpecifierSet()),
+            rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
+            kernels=r.get("kernels", _str_list, (), kind=list),
+            kernel_setup_py=r.get("kernel_setup_py", bool, kind=bool),
+            confidence=r.get("confidence", _confidence, "verified"),
+            source=r.source(),
+        )
+        if r.ok:
+            out.extend(FlashAttn(version=v, **common) for v in versions)
+    return out
+
+
+def _parse_fa_arch(rows: list[_Row]) -> list[FlashAttnArch]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"arch", "nvcc", "flash_attn", "source"})
+        x = FlashAttnArch(arch=r.get("arch", CC.parse), nvcc=r.get("nvcc", SpecifierSet),
+                          flash_attn=r.get("flash_attn", SpecifierSet), source=r.source())
+        if r.ok:
+            out.append(x)
+    return out
+
+
+def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"flash_attn", "torch", "cxx11abi", "why", "source"})
+        x = FlashAttnBroken(flash_attn=r.get("flash_attn", SpecifierSet), torch=r.get("torch", _ident),
+                            cxx11abi=r.get("cxx11abi", bool, kind=bool), why=r.get("why", _ident), source=r.source())
+        if r.ok:
+            out.append(x)
+    return out
+
+
+def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"versions", "torch", "python", "cuda", "min_cc", "rocm", "wheel_tag", "confidence", "source"})
+        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
+        common = dict(
+            torch=r.get("torch", SpecifierSet),
+            python=r.get("python", SpecifierSet),
+            cuda=r.get("cuda", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list),
+            min_cc=r.get("min_cc", CC.parse),
+            rocm=r.get("rocm", lambda x: x if x in ("none", "source", "wheel") else (_ for _ in ()).throw(ValueError("rocm must be none, source or wheel"))),
+            wheel_tag=r.get("wheel_tag", lambda x: x if x in ("cp", "abi3") else (_ for _ in ()).throw(ValueError("wheel_tag must be cp or abi3"))),
+            confidence=r.get("confidence", _confidence, "verified"),
+            source=r.source(),
+        )
+        if r.ok:
+            out.extend(Vllm(version=v, **common) for v in versions)
+    return out
+
+
+def _parse_python(rows: list[_Row]) -> list[PythonRelease]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"version", "tarball", "source"})
+        x = PythonRelease(version=r.get("version", Version), tarball=r.get("tarball", _ident), source=r.source())
+        if r.ok:
+            out.append(x)
+    return out
+
+
+def _duplicates(items: list, key: Callable[[Any], Any], what: str, problems: list[str]) -> None:
+    seen: set = set()
+    for it in items:
+        k = key(it)
+        if k in seen:
+            problems.append(f"duplicate {what}: {k}")
+        seen.add(k)
+
+
+def parse(text: str, path: str = "matrix.toml") -> Matrix:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError([f"not valid TOML: {exc}"], path) from None
+    problems: list[str] = []
+    if raw.get("schema") != 1:
+        problems.append("top-level `schema = 1` is missing or unsupported")
+    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_arch", "flash_attn_broken", "vllm", "python"}
+    for key in raw:
+        if key not in known:
+            problems.append(f"unknown table `{key}`")
+    cuda = _parse_cuda(_rows(raw, text, "cuda", problems))
+    gpus = _parse_gpus(_rows(raw, text, "gpu", problems))
+    torch = _parse_torch(_rows(raw, text, "torch", problems), problems)
+    rocm = _parse_rocm(_rows(raw, text, "rocm", problems))
+    dtk, dtk_torch = _parse_dtk(_rows(raw, text, "dtk", problems), problems)
+    fa = _parse_flash_attn(_rows(raw, text, "flash_attn", problems))
+    fa_arch = _parse_fa_arch(_rows(raw, text, "flash_attn_arch", problems))
+    fa_broken = _parse_fa_broken(_rows(raw, text, "flash_attn_broken", problems))
+    vllm = _parse_vllm(_rows(raw, text, "vllm", problems))
+    python = _parse_python(_rows(raw, text, "python", problems))
+
+    _duplicates(cuda, lambda c: c.version, "cuda version", problems)
+    _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
+    _duplicates(fa, lambda f: f.version, "flash_attn version", problems)
+    _duplicates(vllm, lambda v: v.version, "vllm version", problems)
+    names: list[str] = []
+    for g in gpus:
+        names.extend(_norm(n) for n in (g.name, *g.aliases))
+    _duplicates(names, lambda n: n, "gpu name or alias", problems)
+    cuda_versions = {c.version for c in cuda}
+    rocm_versions = {r.version for r in rocm}
+    for b in torch:
+        if b.platform == "cuda" and b.toolkit not in cuda_versions:
+            problems.append(f"torch {b.pin}: cuda {b.toolkit} has no [[cuda]] row")
+        if b.platform == "rocm" and b.toolkit not in rocm_versions:
+            problems.append(f"torch {b.pin}: rocm {b.toolkit} has no [[rocm]] row")
+    torch_versions = {b.version for b in torch} | {b.version for b in dtk_torch}
+    for v in vllm:
+        if not any(t in v.torch for t in torch_versions):
+            problems.append(f"vllm {v.version}: torch {v.torch} matches no [[torch]] row")
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)), path)
+
+    def by_version(items: list) -> tuple:
+        return tuple(sorted(items, key=lambda x: x.version, reverse=True))
+
+    return Matrix(
+        path=path,
+        cuda=by_version(cuda),
+        gpus=tuple(gpus),
+        torch=tuple(torch + dtk_torch),
+        rocm=by_version(rocm),
+        dtk=by_version(dtk),
+        flash_attn=by_version(fa),
+        flash_attn_archs=tuple(fa_arch),
+        flash_attn_broken=tuple(fa_broken),
+        vllm=by_version(vllm),
+        python=by_version(python),
+        raw=raw,
+    )
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def default_path() -> Path:
+    env = os.environ.get("ENVKIT_MATRIX")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "data" / "matrix.toml", here.parent / "matrix.toml"):
+        if candidate.is_file():
+            return candidate
+    return here.parent / "matrix.toml"
+
+
+@functools.lru_cache(maxsize=4)
+def load(path: Optional[str] = None) -> Matrix:
+    p = Path(path) if path else default_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MatrixError([f"cannot read: {exc.strerror}"], str(p)) from None
+    return parse(text, str(p))

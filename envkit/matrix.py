@@ -57,12 +57,30 @@ def sass_runs_on(built: CC, gpu: CC) -> bool:
     return built.major == gpu.major and built.minor <= gpu.minor
 
 
+@dataclass(frozen=True, order=True)
+class Driver:
+    """A driver version compared numerically but printed as written (450.80.02 stays 450.80.02)."""
+
+    key: tuple[int, ...]
+    text: str = field(compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> "Driver":
+        t = text.strip()
+        if not re.fullmatch(r"\d+(\.\d+){0,3}", t):
+            raise ValueError(f"not a driver version: {text!r} (write it like 535.104.05)")
+        return cls(tuple(int(p) for p in t.split(".")), t)
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass(frozen=True)
 class CudaToolkit:
     version: Version
     release: str
-    min_driver: Version
-    toolkit_driver: Optional[Version]
+    min_driver: Driver
+    toolkit_driver: Optional[Driver]
     archs: tuple[CC, ...]
     cudnn: str
     devel_image: str
@@ -304,8 +322,8 @@ def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
         t = CudaToolkit(
             version=r.get("version", Version),
             release=r.get("release", _ident),
-            min_driver=r.get("min_driver", Version),
-            toolkit_driver=r.get("toolkit_driver", Version, None),
+            min_driver=r.get("min_driver", Driver.parse),
+            toolkit_driver=r.get("toolkit_driver", Driver.parse, None),
             archs=r.get("archs", _cc_list, kind=list),
             cudnn=r.get("cudnn", _ident),
             devel_image=r.get("devel_image", _ident),

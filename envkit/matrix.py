@@ -200,6 +200,7 @@ class Vllm:
     cuda: tuple[Version, ...]
     min_cc: CC
     rocm: str
+    rocm_archs: tuple[str, ...]
     wheel_tag: str
     confidence: str
     source: str
@@ -518,7 +519,7 @@ def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
 def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
     out = []
     for r in rows:
-        r.unknown_keys({"versions", "torch", "python", "cuda", "min_cc", "rocm", "wheel_tag", "confidence", "source"})
+        r.unknown_keys({"versions", "torch", "python", "cuda", "min_cc", "rocm", "rocm_archs", "wheel_tag", "confidence", "source"})
         versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
         common = dict(
             torch=r.get("torch", SpecifierSet),
@@ -526,6 +527,7 @@ def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
             cuda=r.get("cuda", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list),
             min_cc=r.get("min_cc", CC.parse),
             rocm=r.get("rocm", lambda x: x if x in ("none", "source", "wheel") else (_ for _ in ()).throw(ValueError("rocm must be none, source or wheel"))),
+            rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
             wheel_tag=r.get("wheel_tag", lambda x: x if x in ("cp", "abi3") else (_ for _ in ()).throw(ValueError("wheel_tag must be cp or abi3"))),
             confidence=r.get("confidence", _confidence, "verified"),
             source=r.source(),

@@ -89,7 +89,8 @@ def find_gpu(m: Matrix, text: str) -> Gpu:
         cc = CC.parse(arch)
         return Gpu(name=cc.sm, aliases=(), vendor="nvidia", arch=cc.sm, memory_gb=0, bandwidth_gbs=0, min_dtk=None, source="query")
     if re.fullmatch(r"gfx[0-9a-f]+", arch):
-        known = next((g for g in m.gpus if g.arch == arch), None)
+        same = [g for g in m.gpus if g.arch == arch]
+        known = next((g for g in same if g.vendor == "amd"), same[0] if same else None)
         vendor = known.vendor if known else "amd"
         return Gpu(name=arch, aliases=(), vendor=vendor, arch=arch, memory_gb=0, bandwidth_gbs=0,
                    min_dtk=known.min_dtk if known else None, source="query")
@@ -356,10 +357,7 @@ class _Ctx:
 def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
     q, out = c.q, []
     g = q.gpu
-    if q.torch_local and b.local != q.torch_local:
-        out.append(Conflict("torch.no-variant", f"torch {b.version} is not the +{q.torch_local} build",
-                            f"drop the +{q.torch_local} suffix or pick another torch", b.source))
-    if q.cuda and b.platform == "cuda" and not (b.toolkit.major == q.cuda.major and b.toolkit <= q.cuda):
+    if q.cuda and b.platform == "cuda" and b.toolkit != q.cuda:
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "cuda"})
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for CUDA {q.cuda} (it has {', '.join(variants)})",
                             f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {q.cuda}", b.source))
@@ -442,12 +440,16 @@ def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
         out.append(Conflict("vllm.python", f"vLLM {v.version} does not support Python {py} ({v.python})",
                             "choose a Python in that range, or another vLLM", v.source))
     if b.platform == "cuda":
-        if b.toolkit not in v.cuda:
-            out.append(Conflict("vllm.cuda", f"vLLM {v.version} has no wheel for CUDA {b.toolkit} (built for {', '.join(map(str, v.cuda))})",
+        want = c.q.cuda or b.toolkit
+        if want not in v.cuda:
+            out.append(Conflict("vllm.cuda", f"vLLM {v.version} has no wheel for CUDA {want} (built for {', '.join(map(str, v.cuda))})",
                                 f"use --cuda {v.cuda[0]}", v.source))
     elif b.platform == "rocm":
         if v.rocm == "none":
             out.append(Conflict("vllm.platform", f"vLLM {v.version} does not support ROCm", "use vLLM >= 0.2.4 on ROCm", v.source))
+        elif g is not None and v.rocm_archs and g.arch not in v.rocm_archs:
+            out.append(Conflict("vllm.gpu-arch", f"vLLM {v.version} on ROCm supports {', '.join(v.rocm_archs)}, not {g.arch} ({g.name})",
+                                "use a supported AMD GPU (MI200/MI300 series, RDNA3/4)", v.source))
     elif b.platform == "dtk":
         out.append(Conflict("vllm.platform", f"upstream vLLM {v.version} has no Hygon DTK build",
                             "use the vLLM build from your DAS (developer.hpccube.com), not upstream", v.source))
@@ -482,9 +484,12 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     tag = _fa_cu_tag(f, b.toolkit)
     if tag is None:
         return None, f"flash-attn {f.version} publishes no prebuilt wheels"
-    tags = dict(f.wheel_torch).get(_minor(b.version), ())
-    if tag not in tags:
+    built = [Version(t) for t, tags in f.wheel_torch if tag in tags and _minor(Version(t)) == _minor(b.version)]
+    if not built:
         return None, f"flash-attn {f.version} published no wheel for torch {_minor(b.version)} + cu{tag}"
+    if not any(b.version >= t for t in built):
+        return None, (f"the flash-attn {f.version} torch{_minor(b.version)} wheel is built against torch {max(built)} and misses symbols "
+                      f"of older {_minor(b.version)}.x releases")
     if not _in(f.wheel_python, py):
         return None, f"flash-attn {f.version} published no wheel for Python {py}"
     for br in c.m.flash_attn_broken:
@@ -574,7 +579,11 @@ def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
 
 def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
     plats = _platforms(m, q)
-    builds = [b for b in m.torch if b.platform in plats and (q.torch is None or _in(q.torch, b.version))]
+    builds = [b for b in m.torch if b.platform in plats and (q.torch is None or _in(q.torch, b.version))
+              and (q.torch_local is None or b.local == q.torch_local)]
+    if q.vllm is not None:
+        pinned = [b for b in builds if any(_in(v.torch, b.version) for v in m.vllm if _in(q.vllm, v.version))]
+        builds = pinned or builds
     return sorted(builds, key=lambda b: (b.version, b.toolkit or Version("0")), reverse=True)
 
 
@@ -610,7 +619,10 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
     best: Optional[tuple] = None
     best_conflicts: list[Conflict] = []
     bound = 0 if strict else 99
+    fallback: Optional[tuple] = None
     for b in _torch_candidates(m, q):
+        if fallback is not None and b.version != fallback[0].version:
+            return fallback, []
         vt = _check_torch(c, b)
         if len(vt) > bound:
             continue
@@ -636,14 +648,21 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
                         continue
                 total = vp + v_conf + f_conf
                 if strict:
-                    return (b, tk, py, v_pick, f_pick), []
+                    pick = (b, tk, py, v_pick, f_pick)
+                    if f_pick is None or f_pick[1] is None or f_pick[1].build == "wheel":
+                        return pick, []
+                    if fallback is None:
+                        fallback = pick  # a flash-attn source build: prefer a wheel from another build of this torch
+                    continue
                 if len(total) <= bound:
                     if len(total) < bound or best is None:
                         best, best_conflicts = (b, tk, py, v_pick, f_pick), total
                         bound = len(total) - 1 if total else 0
                         if not total:
                             return best, []
-    return (None, best_conflicts) if not strict else (None, [])
+    if strict:
+        return fallback, []
+    return None, best_conflicts
 
 
 def _fa_option(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f: FlashAttn) -> tuple[list[Conflict], Any]:
@@ -732,8 +751,10 @@ def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
         return Result(q, sol, warnings=_warnings(sol, m))
     _, conflicts = _search(m, q, strict=False)
     if not conflicts:
-        conflicts = [Conflict("torch.no-variant", "no torch build matches the platform and version asked for",
-                              "widen --torch or change --platform", "doc:matrix.toml [[torch]]")]
+        asked = q.flags().get("torch", "")
+        have = sorted({b.pin for b in m.torch if q.torch is None or _in(q.torch, b.version)})
+        conflicts = [Conflict("torch.no-variant", f"no torch build matches {asked or 'the query'} on platform {'/'.join(_platforms(m, q))}",
+                              f"use one of: {', '.join(have[-8:])}", "doc:matrix.toml [[torch]]")]
     suggestions = []
     if suggest:
         for key, _value in q.given:

@@ -1,0 +1,57 @@
+"""Resolver cases drawn from public reports: tests/cases/*.toml (format in tests/cases/README.md)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit import matrix
+from envkit.errors import InputError
+from envkit.resolve import parse_query, resolve
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CASE_DIR = Path(__file__).parent / "cases"
+
+
+def _cases() -> list:
+    out = []
+    for path in sorted(CASE_DIR.glob("*.toml")):
+        for case in tomllib.loads(path.read_text(encoding="utf-8"))["case"]:
+            out.append(pytest.param(case, id=f"{path.stem}:{case['id']}"))
+    return out
+
+
+CASES = _cases()
+
+
+def test_there_are_at_least_40_cited_cases() -> None:
+    cited = [c.values[0] for c in CASES if c.values[0].get("report", "").startswith("https://")]
+    assert len(cited) >= 40
+    assert len({c["id"] for c in cited}) == len(cited)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(case: dict) -> None:
+    m = matrix.load()
+    assert case["expect"] in ("ok", "conflict", "bad-input"), case["expect"]
+    assert case.get("note"), "every case says why"
+    if case["expect"] == "bad-input":
+        with pytest.raises(InputError):
+            parse_query(m, **case["args"])
+        return
+    result = resolve(m, parse_query(m, **case["args"]))
+    if case["expect"] == "ok":
+        assert result.ok, [c.message for c in result.conflicts]
+        flat = result.solution.flat()
+        for key, want in case.get("solution", {}).items():
+            assert flat.get(key) == want, f"{key}: got {flat.get(key)!r}, want {want!r}"
+    else:
+        assert not result.ok, f"expected a conflict, got {result.solution.flat()}"
+        got = {c.rule for c in result.conflicts}
+        missing = set(case["rules"]) - got
+        assert not missing, f"rules {sorted(missing)} not among {sorted(got)}: {[c.message for c in result.conflicts]}"

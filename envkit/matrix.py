@@ -6,10 +6,12 @@ each with its line number, before anything uses the data.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import pickle
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -635,11 +637,42 @@ def default_path() -> Path:
     return here.parent / "matrix.toml"
 
 
+def _cache_file(text: str) -> Optional[Path]:
+    if os.environ.get("ENVKIT_NO_CACHE"):
+        return None
+    from . import __version__
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    return base / f"matrix-{digest}-{__version__}-py{sys.version_info[0]}{sys.version_info[1]}.pickle"
+
+
 @functools.lru_cache(maxsize=4)
 def load(path: Optional[str] = None) -> Matrix:
+    """Parse and validate once; a valid matrix is cached by the hash of its text, so later
+    processes skip the parse (the cache is only a copy: delete it any time)."""
     p = Path(path) if path else default_path()
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise MatrixError([f"cannot read: {exc.strerror}"], str(p)) from None
-    return parse(text, str(p))
+    cache = _cache_file(text)
+    if cache is not None:
+        try:
+            with cache.open("rb") as fh:
+                m = pickle.load(fh)
+            if isinstance(m, Matrix):
+                return replace(m, path=str(p))
+        except Exception:  # a missing, stale or unreadable cache is rebuilt
+            pass
+    m = parse(text, str(p))
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as fh:
+                pickle.dump(m, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return m

@@ -332,9 +332,19 @@ class Result:
 
 # ---------------------------------------------------------------- rule checks (pure)
 
-@functools.lru_cache(maxsize=65536)
+_IN_CACHE: dict[tuple[int, Version], tuple[SpecifierSet, bool]] = {}
+
+
 def _in(spec: SpecifierSet, v: Version) -> bool:
-    return spec.contains(v, prereleases=True)
+    """spec.contains(v), memoised by the spec's identity (SpecifierSet hashing is slow; the spec is
+    kept alive in the cache, so its id cannot be reused)."""
+    key = (id(spec), v)
+    hit = _IN_CACHE.get(key)
+    if hit is None:
+        if len(_IN_CACHE) > 500_000:
+            _IN_CACHE.clear()
+        hit = _IN_CACHE[key] = (spec, spec.contains(v, prereleases=True))
+    return hit[1]
 
 
 def _minor(v: Version) -> str:
@@ -612,10 +622,29 @@ def _best(options: Iterable[tuple[list[Conflict], Any]], bound: int) -> tuple[li
     return best
 
 
+def _fa_unary(c: _Ctx, f: FlashAttn) -> int:
+    """Violations of f that no choice of torch, toolkit or Python can remove (a lower bound)."""
+    n = sum(1 for k in c.q.kernels if k not in f.kernels)
+    if c.gpu_cc is not None and c.gpu_cc < CC(8, 0):
+        n += 1
+    return n
+
+
+def _vllm_unary(c: _Ctx, v: Vllm) -> int:
+    return 1 if c.gpu_cc is not None and c.q.gpu is not None and c.q.gpu.vendor == "nvidia" and c.gpu_cc < v.min_cc else 0
+
+
 def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Conflict]]:
     c = _Ctx(m, q)
     vllms = [v for v in m.vllm if q.vllm is not None and _in(q.vllm, v.version)]
     fas = [f for f in m.flash_attn if c.need_fa and (q.flash_attn is None or _in(q.flash_attn, f.version))]
+    if strict:
+        vllms = [v for v in vllms if not _vllm_unary(c, v)]
+        fas = [f for f in fas if not _fa_unary(c, f)]
+        if (q.vllm is not None and not vllms) or (c.need_fa and not fas):
+            return None, []
+    lower = (min(map(functools.partial(_vllm_unary, c), vllms), default=0) if q.vllm is not None else 0) \
+        + (min(map(functools.partial(_fa_unary, c), fas), default=0) if c.need_fa else 0)
     best: Optional[tuple] = None
     best_conflicts: list[Conflict] = []
     bound = 0 if strict else 99
@@ -624,15 +653,15 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
         if fallback is not None and b.version != fallback[0].version:
             return fallback, []
         vt = _check_torch(c, b)
-        if len(vt) > bound:
+        if len(vt) + lower > bound:
             continue
         for tk in _toolkits(m, q, b):
             vk = vt + _check_toolkit(c, b, tk)
-            if len(vk) > bound:
+            if len(vk) + lower > bound:
                 continue
             for py in _pythons(m, q, b):
                 vp = vk + _check_python(c, b, py)
-                if len(vp) > bound:
+                if len(vp) + lower > bound:
                     continue
                 left = bound - len(vp)
                 v_conf, v_pick = ([], None)
@@ -707,7 +736,7 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
         for k in q.kernels:
             kernels.append(KernelPlan(k, KERNELS[k], f.version, "shipped" if f.kernel_setup_py else "supplied", arch_list, True))
         if "rotary" in q.kernels:
-            notes.append("csrc/rotary's setup.py compiles with -march=native: build on the target CPU family or override the flag (envkit's kernel script does)")
+            notes.append("csrc/rotary's setup.py compiles with -march=native: build on the target CPU family, or replace the flag (e.g. -march=x86-64-v3) before building")
         if q.kernels and not f.kernel_setup_py:
             notes.append(f"the flash-attn {f.version} sdist ships csrc kernels without their setup.py: envkit supplies one")
     vw = vu = None

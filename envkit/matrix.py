@@ -54,6 +54,11 @@ class CC:
         return f"{self.major}.{self.minor}"
 
 
+@functools.lru_cache(maxsize=256)
+def _cc_of(arch: str) -> Optional[CC]:
+    return CC.parse(arch) if arch.startswith("sm_") else None
+
+
 def sass_runs_on(built: CC, gpu: CC) -> bool:
     """A cubin for sm_X.Y runs on devices of the same major with minor >= Y."""
     return built.major == gpu.major and built.minor <= gpu.minor
@@ -106,7 +111,7 @@ class Gpu:
 
     @property
     def cc(self) -> Optional[CC]:
-        return CC.parse(self.arch) if self.arch.startswith("sm_") else None
+        return _cc_of(self.arch)
 
     @property
     def platform(self) -> str:
@@ -133,9 +138,14 @@ class TorchBuild:
     def pin(self) -> str:
         return f"{self.version}+{self.local}"
 
-    @property
-    def ccs(self) -> tuple[CC, ...]:
-        return tuple(CC.parse(a) for a in self.archs) if self.platform == "cuda" else ()
+    ccs: tuple[CC, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.platform == "cuda" and not self.ccs:
+            try:
+                object.__setattr__(self, "ccs", tuple(CC.parse(a) for a in self.archs))
+            except ValueError:
+                pass  # reported by the loader
 
     def runs_on_cc(self, gpu: CC) -> bool:
         if any(sass_runs_on(a, gpu) for a in self.ccs):

@@ -362,6 +362,7 @@ class _Ctx:
         self.m, self.q = m, q
         self.gpu_cc = q.gpu.cc if q.gpu else None
         self.need_fa = q.flash_attn is not None or bool(q.kernels)
+        self.fa_archs: dict[tuple[Version, Version], list[CC]] = {}
 
 
 def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
@@ -486,7 +487,11 @@ def _fa_cu_tag(f: FlashAttn, cuda: Version) -> Optional[str]:
 
 
 def _fa_archs(c: _Ctx, f: FlashAttn, nvcc: Version) -> list[CC]:
-    return [a.arch for a in c.m.flash_attn_archs if _in(a.flash_attn, f.version) and _in(a.nvcc, nvcc)]
+    key = (f.version, nvcc)
+    hit = c.fa_archs.get(key)
+    if hit is None:
+        hit = c.fa_archs[key] = [a.arch for a in c.m.flash_attn_archs if _in(a.flash_attn, f.version) and _in(a.nvcc, nvcc)]
+    return hit
 
 
 def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optional[str], str]:
@@ -589,7 +594,8 @@ def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
 
 def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
     plats = _platforms(m, q)
-    builds = [b for b in m.torch if b.platform in plats and (q.torch is None or _in(q.torch, b.version))
+    allowed = None if q.torch is None else set(q.torch.filter({b.version for b in m.torch}, prereleases=True))
+    builds = [b for b in m.torch if b.platform in plats and (allowed is None or b.version in allowed)
               and (q.torch_local is None or b.local == q.torch_local)]
     if q.vllm is not None:
         pinned = [b for b in builds if any(_in(v.torch, b.version) for v in m.vllm if _in(q.vllm, v.version))]

@@ -1,0 +1,77 @@
+"""The CLI as users run it: exit codes, one-line errors, the JSON document."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+ENVKIT = [sys.executable, "-m", "envkit"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*ENVKIT, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_issue_example_resolves_to_cu118() -> None:
+    p = run("resolve", "--gpu", "RTX 4090", "--cuda", "11.8", "--torch", "2.1.2", "--vllm", "0.2.7", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is True and doc["conflicts"] == []
+    s = doc["solution"]
+    assert s["torch"]["pin"] == "2.1.2+cu118"
+    assert s["torch"]["index_url"] == "https://download.pytorch.org/whl/cu118"
+    assert s["vllm"]["version"] == "0.2.7"
+    assert s["vllm"]["wheel"].startswith("vllm-0.2.7+cu118-cp3")
+    assert s["images"]["devel"] == "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+
+
+def test_v100_flash_attn_2_exits_1_with_the_rule() -> None:
+    p = run("resolve", "--gpu", "V100", "--flash-attn", "2", "--json")
+    assert p.returncode == 1
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["solution"] is None
+    rules = {c["rule"] for c in doc["conflicts"]}
+    assert rules == {"flash-attn.gpu-arch"}
+    c = doc["conflicts"][0]
+    assert "8.0" in c["message"] and "sm_70" in c["message"] and c["fix"] and c["source"].startswith("https://")
+    assert {s["drop"] for s in doc["suggestions"]} == {"--gpu", "--flash-attn"}
+
+
+def test_human_output_names_rule_and_fix() -> None:
+    p = run("resolve", "--gpu", "V100", "--flash-attn", "2")
+    assert p.returncode == 1
+    assert "flash-attn.gpu-arch" in p.stdout and "Traceback" not in p.stdout + p.stderr
+
+
+def test_unknown_gpu_lists_close_matches_exit_2() -> None:
+    p = run("resolve", "--gpu", "RTX 4909")
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "unknown GPU 'RTX 4909'" in p.stderr and "RTX 4090" in p.stderr
+
+
+def test_bad_specifier_and_unknown_version_exit_2() -> None:
+    for args in (["--torch", "two"], ["--cuda", "9.9"], ["--python", "3.x"], ["--kernels", "softmax"], ["--platform", "tpu"]):
+        p = run("resolve", *args)
+        assert p.returncode == 2, args
+        assert p.stderr.startswith("envkit: error: ") and "Traceback" not in p.stderr
+
+
+def test_gpu_names_as_people_write_them() -> None:
+    for name, arch in (("rtx4090", "sm_89"), ("A100-80G", "sm_80"), ("GTX 1080 Ti", "sm_61"), ("Z100L", "gfx906"),
+                       ("sm_90", "sm_90"), ("gfx942", "gfx942"), ("NVIDIA H200", "sm_90")):
+        p = run("resolve", "--gpu", name, "--json")
+        assert json.loads(p.stdout)["solution"]["gpu"]["arch"] == arch, name
+
+
+def test_broken_matrix_exit_3(tmp_path) -> None:
+    bad = tmp_path / "m.toml"
+    bad.write_text("schema = 1\n[[cuda]]\nversion = 'x'\n")
+    p = run("matrix", "check", str(bad))
+    assert p.returncode == 3 and "line 2" in p.stderr
+
+
+def test_matrix_check_and_show() -> None:
+    assert run("matrix", "check").returncode == 0
+    p = run("matrix", "show", "vllm")
+    assert p.returncode == 0 and "0.2.7" in p.stdout
+    assert run("matrix", "show", "nope").returncode == 2

@@ -447,7 +447,7 @@ def _parse_dtk(rows: list[_Row], problems: list[str]) -> tuple[list[Dtk], list[T
         d = Dtk(
             version=r.get("version", Version),
             rocm=r.get("rocm", _ident),
-            image_hint=r.get("image_hint", _ident),
+            image_hint=r.get("image_hint", _ident, ""),
             source=r.source(),
         )
         torches = r.get("torch", _ident, [], kind=list)

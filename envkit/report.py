@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .matrix import Matrix
-from .resolve import FLAG, Result
+from .resolve import FLAG, Result, dtk_text
 
 RULE_STYLE = "bold red"
 
@@ -108,7 +108,7 @@ def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = N
             t.add_column(col, overflow="fold")
         for d in m.dtk:
             builds = [b.pin for b in m.torch if b.platform == "dtk" and b.toolkit == d.version]
-            t.add_row(str(d.version), d.rocm, "\n".join(builds), d.image_hint)
+            t.add_row(dtk_text(d.version), d.rocm, "\n".join(builds), d.image_hint)
         c.print(t)
     if "flash_attn" in want:
         t = Table(title="flash-attn")

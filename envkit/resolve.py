@@ -162,7 +162,7 @@ def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] =
         v = _xy(dtk, "DTK version", r"\d{2}\.\d{2}(\.\d+)?", "24.04")
         if not any(_prefix(d.version, v) for d in m.dtk):
             raise InputError(f"DTK {dtk} is not in the matrix",
-                             f"use one of {', '.join(str(d.version) for d in reversed(m.dtk))}")
+                             f"use one of {', '.join(dtk_text(d.version) for d in reversed(m.dtk))}")
         q["dtk"] = v
     if python:
         v = _xy(python, "Python version", r"3\.\d+", "3.10")
@@ -195,6 +195,11 @@ def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] =
             raise InputError(f"unknown kernel(s): {', '.join(bad)}", f"use {', '.join(KERNELS)}")
         q["kernels"] = names
     return Query(**q)
+
+
+def dtk_text(v: Version) -> str:
+    """DTK versions are YY.MM[.P]: 24.04 prints as 24.04, not packaging's 24.4."""
+    return ".".join([str(v.release[0]), f"{v.release[1]:02d}", *map(str, v.release[2:])])
 
 
 def _prefix(full: Version, given: Version) -> bool:
@@ -258,13 +263,19 @@ class Solution:
     notes: tuple[str, ...]
     sources: tuple[str, ...]
 
+    @property
+    def _toolkit_text(self) -> str:
+        return dtk_text(self.toolkit) if self.platform == "dtk" else str(self.toolkit)
+
     def flat(self) -> dict[str, str]:
         """The few fields people compare: what case files match on."""
         out = {"platform": self.platform, "torch": self.torch.pin, "python": str(self.python)}
         if self.platform == "cuda":
             out["cuda"] = str(self.toolkit)
-        elif self.platform in ("rocm", "dtk"):
-            out[self.platform] = str(self.toolkit)
+        elif self.platform == "rocm":
+            out["rocm"] = str(self.toolkit)
+        elif self.platform == "dtk":
+            out["dtk"] = dtk_text(self.toolkit)
         if self.flash_attn:
             out["flash_attn"] = str(self.flash_attn.version)
             out["flash_attn_build"] = self.flash_attn.build
@@ -281,8 +292,8 @@ class Solution:
             "gpu": None if self.gpu is None else {"name": self.gpu.name, "arch": self.gpu.arch, "vendor": self.gpu.vendor,
                                                   "memory_gb": self.gpu.memory_gb, "bandwidth_gbs": self.gpu.bandwidth_gbs},
             "python": str(self.python),
-            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": str(self.toolkit),
-                                                          "release": self.cuda.release if self.cuda else str(self.toolkit)},
+            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": self._toolkit_text,
+                                                          "release": self.cuda.release if self.cuda else self._toolkit_text},
             "min_driver": None if self.min_driver is None else str(self.min_driver),
             "images": {"devel": self.devel_image, "runtime": self.runtime_image},
             "torch": {"version": str(t.version), "variant": t.variant, "pin": t.pin, "index_url": t.index_url,
@@ -376,9 +387,6 @@ def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {q.rocm} (it has {', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
-    if q.dtk and b.platform == "dtk" and not _prefix(b.toolkit, q.dtk):
-        out.append(Conflict("torch.no-variant", f"the DAS torch {b.version} is built for DTK {b.toolkit}, not {q.dtk}",
-                            "use the torch build that ships with your DTK", b.source))
     if g is not None and b.platform != "cpu" and b.platform != g.platform:
         out.append(Conflict("platform.gpu", f"{_gpu_label(g)} is a {g.vendor} GPU; the {b.platform} platform does not drive it",
                             f"use --platform {g.platform}", "doc:matrix.toml [[gpu]] vendor"))
@@ -392,8 +400,8 @@ def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
                             "pick a ROCm torch whose arch list has this GPU" + (" (Hygon DCUs need the DTK builds: --platform dtk)" if g.vendor == "hygon" else ""),
                             b.source))
     if g is not None and b.platform == "dtk" and g.min_dtk and b.toolkit < g.min_dtk:
-        out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {g.min_dtk}; this torch is built for DTK {b.toolkit}",
-                            f"install DTK >= {g.min_dtk} and its DAS torch (--dtk {g.min_dtk} or newer)", g.source))
+        out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {dtk_text(g.min_dtk)}; this torch is built for DTK {dtk_text(b.toolkit)}",
+                            f"install DTK >= {dtk_text(g.min_dtk)} and its DAS torch (--dtk {dtk_text(g.min_dtk)} or newer)", g.source))
     return out
 
 
@@ -596,7 +604,8 @@ def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
     plats = _platforms(m, q)
     allowed = None if q.torch is None else set(q.torch.filter({b.version for b in m.torch}, prereleases=True))
     builds = [b for b in m.torch if b.platform in plats and (allowed is None or b.version in allowed)
-              and (q.torch_local is None or b.local == q.torch_local)]
+              and (q.torch_local is None or b.local == q.torch_local)
+              and (q.dtk is None or b.platform != "dtk" or _prefix(b.toolkit, q.dtk))]
     if q.vllm is not None:
         pinned = [b for b in builds if any(_in(v.torch, b.version) for v in m.vllm if _in(q.vllm, v.version))]
         builds = pinned or builds
@@ -689,12 +698,11 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
                     if fallback is None:
                         fallback = pick  # a flash-attn source build: prefer a wheel from another build of this torch
                     continue
-                if len(total) <= bound:
-                    if len(total) < bound or best is None:
-                        best, best_conflicts = (b, tk, py, v_pick, f_pick), total
-                        bound = len(total) - 1 if total else 0
-                        if not total:
-                            return best, []
+                if len(total) <= bound:  # strictly fewer violations than the best so far
+                    best, best_conflicts = (b, tk, py, v_pick, f_pick), total
+                    if not total:
+                        return best, []
+                    bound = len(total) - 1
     if strict:
         return fallback, []
     return None, best_conflicts
@@ -727,7 +735,8 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
     elif b.platform == "dtk":
         d = m.dtk_release(b.toolkit)
         if d:
-            notes.append(f"DTK images are not on Docker Hub: name yours in the site file (public example: {d.image_hint}); containers need -v /opt/hyhal")
+            example = f" (public example: {d.image_hint})" if d.image_hint else ""
+            notes.append(f"DTK images are not on Docker Hub: name yours in the site file{example}; DTK >= 23.10 containers need -v /opt/hyhal")
             sources.append(d.source)
     fa_plan: Optional[FlashAttnPlan] = None
     kernels: list[KernelPlan] = []

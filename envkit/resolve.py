@@ -172,7 +172,7 @@ def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] =
         q["python"] = v
     if torch:
         q["torch"], q["torch_local"] = _spec(torch, "torch")
-        if not any(b.version in q["torch"] for b in m.torch):
+        if not _matching(m, "torch", q["torch"]):
             raise InputError(f"no torch release in the matrix matches {torch!r}",
                              f"known releases: {_span(sorted({b.version for b in m.torch}))}")
         if q["torch_local"] and not any(b.local == q["torch_local"] for b in m.torch):
@@ -180,12 +180,12 @@ def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] =
                              "use a variant like +cu118, +cu124, +rocm6.2, +cpu")
     if flash_attn:
         q["flash_attn"], _ = _spec(flash_attn, "flash-attn")
-        if not any(f.version in q["flash_attn"] for f in m.flash_attn):
+        if not _matching(m, "flash_attn", q["flash_attn"]):
             raise InputError(f"no flash-attn release in the matrix matches {flash_attn!r}",
                              f"known releases: {_span([f.version for f in m.flash_attn])} (FlashAttention 1.x, 3 and 4 are not modelled)")
     if vllm:
         q["vllm"], _ = _spec(vllm, "vLLM")
-        if not any(x.version in q["vllm"] for x in m.vllm):
+        if not _matching(m, "vllm", q["vllm"]):
             raise InputError(f"no vLLM release in the matrix matches {vllm!r}",
                              f"known releases: {_span([x.version for x in m.vllm])}")
     if kernels:
@@ -344,6 +344,22 @@ class Result:
 # ---------------------------------------------------------------- rule checks (pure)
 
 _IN_CACHE: dict[tuple[int, Version], tuple[SpecifierSet, bool]] = {}
+
+
+_MATCH_CACHE: dict[tuple[int, str, str], frozenset] = {}
+
+
+def _matching(m: Matrix, kind: str, spec: SpecifierSet) -> frozenset:
+    """The versions of one table (torch, flash_attn, vllm) that a query's specifier admits,
+    computed once per matrix and specifier text."""
+    key = (id(m), kind, str(spec))
+    hit = _MATCH_CACHE.get(key)
+    if hit is None:
+        if len(_MATCH_CACHE) > 10_000:
+            _MATCH_CACHE.clear()
+        rows = {"torch": m.torch, "flash_attn": m.flash_attn, "vllm": m.vllm}[kind]
+        hit = _MATCH_CACHE[key] = frozenset(spec.filter({r.version for r in rows}, prereleases=True))
+    return hit
 
 
 def _in(spec: SpecifierSet, v: Version) -> bool:
@@ -602,12 +618,13 @@ def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
 
 def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
     plats = _platforms(m, q)
-    allowed = None if q.torch is None else set(q.torch.filter({b.version for b in m.torch}, prereleases=True))
+    allowed = None if q.torch is None else _matching(m, "torch", q.torch)
     builds = [b for b in m.torch if b.platform in plats and (allowed is None or b.version in allowed)
               and (q.torch_local is None or b.local == q.torch_local)
               and (q.dtk is None or b.platform != "dtk" or _prefix(b.toolkit, q.dtk))]
     if q.vllm is not None:
-        pinned = [b for b in builds if any(_in(v.torch, b.version) for v in m.vllm if _in(q.vllm, v.version))]
+        wanted = [v for v in m.vllm if v.version in _matching(m, "vllm", q.vllm)]
+        pinned = [b for b in builds if any(_in(v.torch, b.version) for v in wanted)]
         builds = pinned or builds
     return sorted(builds, key=lambda b: (b.version, b.toolkit or Version("0")), reverse=True)
 
@@ -651,8 +668,9 @@ def _vllm_unary(c: _Ctx, v: Vllm) -> int:
 
 def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Conflict]]:
     c = _Ctx(m, q)
-    vllms = [v for v in m.vllm if q.vllm is not None and _in(q.vllm, v.version)]
-    fas = [f for f in m.flash_attn if c.need_fa and (q.flash_attn is None or _in(q.flash_attn, f.version))]
+    vllms = [] if q.vllm is None else [v for v in m.vllm if v.version in _matching(m, "vllm", q.vllm)]
+    fa_ok = None if q.flash_attn is None else _matching(m, "flash_attn", q.flash_attn)
+    fas = [f for f in m.flash_attn if c.need_fa and (fa_ok is None or f.version in fa_ok)]
     if strict:
         vllms = [v for v in vllms if not _vllm_unary(c, v)]
         fas = [f for f in fas if not _fa_unary(c, f)]

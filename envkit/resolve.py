@@ -593,11 +593,9 @@ def _check_fa(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f:
         arch_list = tuple(str(a) for a in fits[-1:]) or (str(c.gpu_cc),)
     else:
         arch_list = tuple(str(a) for a in archs)
-    plan = FlashAttnPlan(f.version, "source", wheel if q.kernels and wheel else None,
-                         f"{FA_RELEASES}/v{f.version}/{wheel}" if q.kernels and wheel else None, arch_list, src)
-    if wheel and q.kernels:
-        plan = replace(plan, build="wheel")
-    return out, plan
+    # here a wheel exists only when kernels are asked for: flash-attn comes from it, the kernels from the sdist
+    url = f"{FA_RELEASES}/v{f.version}/{wheel}" if wheel else None
+    return out, FlashAttnPlan(f.version, "wheel" if wheel else "source", wheel, url, arch_list, src)
 
 
 # ---------------------------------------------------------------- search
@@ -638,16 +636,17 @@ def _toolkits(m: Matrix, q: Query, b: TorchBuild) -> list[Optional[CudaToolkit]]
     return [t for t in same if t is not None]
 
 
-def _pythons(m: Matrix, q: Query, b: TorchBuild) -> list[Version]:
+def _pythons(m: Matrix, q: Query) -> list[Version]:
     if q.python:
         return [q.python]
     return [p.version for p in m.python]
 
 
-def _best(options: Iterable[tuple[list[Conflict], Any]], bound: int) -> tuple[list[Conflict], Any]:
-    best: tuple[list[Conflict], Any] = ([Conflict("", "", "", "")] * (bound + 1), None)
+def _best(options: Iterable[tuple[list[Conflict], Any]], bound: int) -> Optional[tuple[list[Conflict], Any]]:
+    """The first option with the fewest conflicts, if any has at most `bound`."""
+    best: Optional[tuple[list[Conflict], Any]] = None
     for conflicts, item in options:
-        if len(conflicts) < len(best[0]):
+        if len(conflicts) <= bound and (best is None or len(conflicts) < len(best[0])):
             best = (conflicts, item)
             if not conflicts:
                 break
@@ -692,22 +691,24 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
             vk = vt + _check_toolkit(c, b, tk)
             if len(vk) + lower > bound:
                 continue
-            for py in _pythons(m, q, b):
+            for py in _pythons(m, q):
                 vp = vk + _check_python(c, b, py)
                 if len(vp) + lower > bound:
                     continue
                 left = bound - len(vp)
                 v_conf, v_pick = ([], None)
                 if q.vllm is not None:
-                    v_conf, v_pick = _best(((_check_vllm(c, b, py, v), v) for v in vllms), left)
-                    if len(v_conf) > left:
+                    found = _best(((_check_vllm(c, b, py, v), v) for v in vllms), left)
+                    if found is None:
                         continue
+                    v_conf, v_pick = found
                 left -= len(v_conf)
                 f_conf, f_pick = ([], None)
                 if c.need_fa:
-                    f_conf, f_pick = _best((_fa_option(c, b, tk, py, f) for f in fas), left)
-                    if len(f_conf) > left:
+                    found = _best((_fa_option(c, b, tk, py, f) for f in fas), left)
+                    if found is None:
                         continue
+                    f_conf, f_pick = found
                 total = vp + v_conf + f_conf
                 if strict:
                     pick = (b, tk, py, v_pick, f_pick)
@@ -740,8 +741,6 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
     if b.platform == "cuda" and tk is not None:
         devel, runtime, min_driver = tk.devel_image, tk.runtime_image, tk.min_driver
         sources.append(tk.source)
-        if tk.version != b.toolkit:
-            notes.append(f"the CUDA {tk.version} toolkit builds extensions for torch's CUDA {b.toolkit} (same major: torch.utils.cpp_extension only warns)")
         if b.ptx is not None and q.gpu and q.gpu.cc and not any(sass_runs_on(a, q.gpu.cc) for a in b.ccs):
             notes.append(f"torch runs on {q.gpu.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
         notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")

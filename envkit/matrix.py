@@ -306,10 +306,23 @@ def _cc_list(x: list) -> tuple[CC, ...]:
     return tuple(CC.parse(i) for i in _str_list(x))
 
 
-def _confidence(x: str) -> str:
-    if x not in ("verified", "inferred"):
-        raise ValueError("confidence must be 'verified' or 'inferred'")
-    return x
+def _one_of(key: str, *allowed: str) -> Callable[[str], str]:
+    def conv(x: str) -> str:
+        if x not in allowed:
+            raise ValueError(f"{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else f"{key} must be {allowed[0]}")
+        return x
+    return conv
+
+
+def _pattern(regex: str, example: str) -> Callable[[str], str]:
+    def conv(x: str) -> str:
+        if not re.fullmatch(regex, x):
+            raise ValueError(f"must look like {example}")
+        return x
+    return conv
+
+
+_confidence = _one_of("confidence", "verified", "inferred")
 
 
 def _header_lines(text: str, table: str) -> list[int]:
@@ -352,8 +365,8 @@ def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
     out = []
     for r in rows:
         r.unknown_keys({"name", "aliases", "vendor", "arch", "memory_gb", "bandwidth_gbs", "min_dtk", "source"})
-        vendor = r.get("vendor", lambda v: v if v in VENDOR_PLATFORM else (_ for _ in ()).throw(ValueError("vendor must be nvidia, amd or hygon")))
-        arch = r.get("arch", lambda a: a if re.fullmatch(r"sm_\d+|gfx[0-9a-f]+", a) else (_ for _ in ()).throw(ValueError("arch must look like sm_90 or gfx942")))
+        vendor = r.get("vendor", _one_of("vendor", *VENDOR_PLATFORM))
+        arch = r.get("arch", _pattern(r"sm_\d+|gfx[0-9a-f]+", "sm_90 or gfx942"))
         g = Gpu(
             name=r.get("name", _ident),
             aliases=r.get("aliases", _str_list, (), kind=list),
@@ -486,7 +499,7 @@ def _parse_flash_attn(rows: list[_Row]) -> list[FlashAttn]:
         r.unknown_keys({"versions", "python", "torch", "nvcc", "wheel_rule", "wheel_nvcc", "wheel_torch", "wheel_python",
                         "rocm_archs", "kernels", "kernel_setup_py", "confidence", "source"})
         versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
-        rule = r.get("wheel_rule", lambda x: x if x in _WHEEL_RULES else (_ for _ in ()).throw(ValueError(f"wheel_rule must be one of {_WHEEL_RULES}")))
+        rule = r.get("wheel_rule", _one_of("wheel_rule", *_WHEEL_RULES))
         common = dict(
             python=r.get("python", SpecifierSet),
             torch=r.get("torch", SpecifierSet),
@@ -538,9 +551,9 @@ def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
             python=r.get("python", SpecifierSet),
             cuda=r.get("cuda", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list),
             min_cc=r.get("min_cc", CC.parse),
-            rocm=r.get("rocm", lambda x: x if x in ("none", "source", "wheel") else (_ for _ in ()).throw(ValueError("rocm must be none, source or wheel"))),
+            rocm=r.get("rocm", _one_of("rocm", "none", "source", "wheel")),
             rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
-            wheel_tag=r.get("wheel_tag", lambda x: x if x in ("cp", "abi3") else (_ for _ in ()).throw(ValueError("wheel_tag must be cp or abi3"))),
+            wheel_tag=r.get("wheel_tag", _one_of("wheel_tag", "cp", "abi3")),
             confidence=r.get("confidence", _confidence, "verified"),
             source=r.source(),
         )

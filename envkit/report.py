@@ -65,71 +65,47 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         c.print(f"  [yellow]warning:[/] {w}")
 
 
+def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    """name -> (title, columns, rows) for `envkit matrix show`."""
+    def dtk_builds(version: object) -> str:
+        return "\n".join(b.pin for b in m.torch if b.platform == "dtk" and b.toolkit == version)
+
+    return {
+        "cuda": ("CUDA toolkits", ("cuda", "min driver (MVC)", "toolkit driver", "archs", "devel image"),
+                 [(str(x.version), str(x.min_driver), str(x.toolkit_driver or ""), " ".join(a.sm for a in x.archs), x.devel_image)
+                  for x in m.cuda]),
+        "gpu": ("GPUs", ("name", "aliases", "vendor", "arch", "memory GB", "bandwidth GB/s"),
+                [(g.name, ", ".join(g.aliases), g.vendor, g.arch, f"{g.memory_gb:g}", f"{g.bandwidth_gbs:g}" if g.bandwidth_gbs else "?")
+                 for g in m.gpus]),
+        "torch": ("torch builds", ("torch", "variant", "python", "archs", "cxx11abi", "confidence"),
+                  [(str(b.version), b.variant, str(b.python), " ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else ""),
+                    str(b.cxx11abi), b.confidence) for b in m.torch]),
+        "rocm": ("ROCm", ("rocm", "archs", "image"), [(str(r.version), " ".join(r.archs), r.devel_image) for r in m.rocm]),
+        "dtk": ("Hygon DTK", ("dtk", "rocm base", "torch builds", "image (public example)"),
+                [(dtk_text(d.version), d.rocm, dtk_builds(d.version), d.image_hint) for d in m.dtk]),
+        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel rule", "wheels (torch: cu)", "csrc kernels", "confidence"),
+                       [(str(f.version), str(f.python), str(f.torch), str(f.nvcc), f.wheel_rule,
+                         " ".join(f"{k}:{'/'.join(v)}" for k, v in f.wheel_torch),
+                         ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)"), f.confidence) for f in m.flash_attn]),
+        "vllm": ("vLLM", ("version", "torch", "python", "cuda", "min cc", "rocm", "confidence"),
+                 [(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
+                  for v in m.vllm]),
+        "python": ("CPython", ("python", "tarball"), [(str(p.version), p.tarball) for p in m.python]),
+    }
+
+
 def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = None) -> None:
-    c = console or _console()
     from .errors import InputError
 
-    tables = ("cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "vllm", "python")
+    c = console or _console()
+    tables = _matrix_tables(m)
     if table is not None and table not in tables:
         raise InputError(f"unknown table {table!r}", f"use one of {', '.join(tables)}")
-    want = (table,) if table else tables
-    if "cuda" in want:
-        t = Table(title="CUDA toolkits")
-        for col in ("cuda", "min driver (MVC)", "toolkit driver", "archs", "devel image"):
-            t.add_column(col, overflow="fold")
-        for x in m.cuda:
-            t.add_row(str(x.version), str(x.min_driver), str(x.toolkit_driver or ""), " ".join(a.sm for a in x.archs), x.devel_image)
-        c.print(t)
-    if "gpu" in want:
-        t = Table(title="GPUs")
-        for col in ("name", "aliases", "vendor", "arch", "memory GB", "bandwidth GB/s"):
-            t.add_column(col, overflow="fold")
-        for g in m.gpus:
-            t.add_row(g.name, ", ".join(g.aliases), g.vendor, g.arch, f"{g.memory_gb:g}", f"{g.bandwidth_gbs:g}" if g.bandwidth_gbs else "?")
-        c.print(t)
-    if "torch" in want:
-        t = Table(title="torch builds")
-        for col in ("torch", "variant", "python", "archs", "cxx11abi", "confidence"):
-            t.add_column(col, overflow="fold")
-        for b in m.torch:
-            t.add_row(str(b.version), b.variant, str(b.python), " ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else ""),
-                      str(b.cxx11abi), b.confidence)
-        c.print(t)
-    if "rocm" in want:
-        t = Table(title="ROCm")
-        for col in ("rocm", "archs", "image"):
-            t.add_column(col, overflow="fold")
-        for r in m.rocm:
-            t.add_row(str(r.version), " ".join(r.archs), r.devel_image)
-        c.print(t)
-    if "dtk" in want:
-        t = Table(title="Hygon DTK")
-        for col in ("dtk", "rocm base", "torch builds", "image (public example)"):
-            t.add_column(col, overflow="fold")
-        for d in m.dtk:
-            builds = [b.pin for b in m.torch if b.platform == "dtk" and b.toolkit == d.version]
-            t.add_row(dtk_text(d.version), d.rocm, "\n".join(builds), d.image_hint)
-        c.print(t)
-    if "flash_attn" in want:
-        t = Table(title="flash-attn")
-        for col in ("version", "python", "torch", "nvcc", "wheel rule", "wheels (torch: cu)", "csrc kernels", "confidence"):
-            t.add_column(col, overflow="fold")
-        for f in m.flash_attn:
-            wheels = " ".join(f"{k}:{'/'.join(v)}" for k, v in f.wheel_torch)
-            t.add_row(str(f.version), str(f.python), str(f.torch), str(f.nvcc), f.wheel_rule, wheels,
-                      ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)"), f.confidence)
-        c.print(t)
-    if "vllm" in want:
-        t = Table(title="vLLM")
-        for col in ("version", "torch", "python", "cuda", "min cc", "rocm", "confidence"):
-            t.add_column(col, overflow="fold")
-        for v in m.vllm:
-            t.add_row(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
-        c.print(t)
-    if "python" in want:
-        t = Table(title="CPython")
-        for col in ("python", "tarball"):
-            t.add_column(col)
-        for p in m.python:
-            t.add_row(str(p.version), p.tarball)
-        c.print(t)
+    for name, (title, columns, rows) in tables.items():
+        if table in (None, name):
+            t = Table(title=title)
+            for col in columns:
+                t.add_column(col, overflow="fold")
+            for row in rows:
+                t.add_row(*row)
+            c.print(t)

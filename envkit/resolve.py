@@ -119,6 +119,14 @@ def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
                          f"write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
 
 
+def _release_prefix(text: str, what: str, pattern: str, example: str, known: list[Version], show: Any) -> Version:
+    """A toolkit version that must be a prefix of a release in the matrix (6.2 matches 6.2.4)."""
+    v = _xy(text, f"{what} version", pattern, example)
+    if not any(_prefix(k, v) for k in known):
+        raise InputError(f"{what} {text} is not in the matrix", f"use one of {', '.join(show(k) for k in reversed(known))}")
+    return v
+
+
 def _xy(text: str, what: str, pattern: str, example: str) -> Version:
     t = text.strip().lower().lstrip("v")
     if not re.fullmatch(pattern, t):
@@ -153,17 +161,9 @@ def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] =
                              f"use one of {', '.join(str(c.version) for c in reversed(m.cuda))}")
         q["cuda"] = v
     if rocm:
-        v = _xy(rocm, "ROCm version", r"\d+\.\d+(\.\d+)?", "6.2")
-        if not any(_prefix(r.version, v) for r in m.rocm):
-            raise InputError(f"ROCm {rocm} is not in the matrix",
-                             f"use one of {', '.join(str(r.version) for r in reversed(m.rocm))}")
-        q["rocm"] = v
+        q["rocm"] = _release_prefix(rocm, "ROCm", r"\d+\.\d+(\.\d+)?", "6.2", [r.version for r in m.rocm], str)
     if dtk:
-        v = _xy(dtk, "DTK version", r"\d{2}\.\d{2}(\.\d+)?", "24.04")
-        if not any(_prefix(d.version, v) for d in m.dtk):
-            raise InputError(f"DTK {dtk} is not in the matrix",
-                             f"use one of {', '.join(dtk_text(d.version) for d in reversed(m.dtk))}")
-        q["dtk"] = v
+        q["dtk"] = _release_prefix(dtk, "DTK", r"\d{2}\.\d{2}(\.\d+)?", "24.04", [d.version for d in m.dtk], dtk_text)
     if python:
         v = _xy(python, "Python version", r"3\.\d+", "3.10")
         if v not in {p.version for p in m.python}:

@@ -21,21 +21,28 @@ def _print_json(doc: dict) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
+GPU = typer.Option(None, "--gpu", help="GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)")
+DRIVER = typer.Option(None, "--driver", help="NVIDIA driver version, e.g. 535.104.05")
+PLATFORM = typer.Option(None, "--platform", help="cuda, rocm, dtk or cpu")
+CUDA = typer.Option(None, "--cuda", help="CUDA toolkit X.Y")
+ROCM = typer.Option(None, "--rocm", help="ROCm X.Y")
+DTK = typer.Option(None, "--dtk", help="Hygon DTK YY.MM")
+PYTHON = typer.Option(None, "--python", help="Python X.Y")
+TORCH = typer.Option(None, "--torch", help="torch version or specifier; may carry +cu118")
+FLASH_ATTN = typer.Option(None, "--flash-attn", help="flash-attn version or specifier (2 means 2.*)")
+VLLM = typer.Option(None, "--vllm", help="vLLM version or specifier")
+KERNELS = typer.Option(None, "--kernels", help="flash-attn csrc kernels to build: layer_norm,rotary")
+MATRIX = typer.Option(None, "--matrix", help="another matrix.toml (default: the built-in one)")
+
+
 @app.command()
 def resolve(
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)"),
-    driver: Optional[str] = typer.Option(None, "--driver", help="NVIDIA driver version, e.g. 535.104.05"),
-    platform: Optional[str] = typer.Option(None, "--platform", help="cuda, rocm, dtk or cpu"),
-    cuda: Optional[str] = typer.Option(None, "--cuda", help="CUDA toolkit X.Y"),
-    rocm: Optional[str] = typer.Option(None, "--rocm", help="ROCm X.Y"),
-    dtk: Optional[str] = typer.Option(None, "--dtk", help="Hygon DTK YY.MM"),
-    python: Optional[str] = typer.Option(None, "--python", help="Python X.Y"),
-    torch: Optional[str] = typer.Option(None, "--torch", help="torch version or specifier; may carry +cu118"),
-    flash_attn: Optional[str] = typer.Option(None, "--flash-attn", help="flash-attn version or specifier (2 means 2.*)"),
-    vllm: Optional[str] = typer.Option(None, "--vllm", help="vLLM version or specifier"),
-    kernels: Optional[str] = typer.Option(None, "--kernels", help="flash-attn csrc kernels to build: layer_norm,rotary"),
+    gpu: Optional[str] = GPU, driver: Optional[str] = DRIVER, platform: Optional[str] = PLATFORM,
+    cuda: Optional[str] = CUDA, rocm: Optional[str] = ROCM, dtk: Optional[str] = DTK, python: Optional[str] = PYTHON,
+    torch: Optional[str] = TORCH, flash_attn: Optional[str] = FLASH_ATTN, vllm: Optional[str] = VLLM,
+    kernels: Optional[str] = KERNELS,
     as_json: bool = typer.Option(False, "--json", help="print one stable JSON document"),
-    matrix_path: Optional[str] = typer.Option(None, "--matrix", help="another matrix.toml (default: the built-in one)"),
+    matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Solve the compatibility matrix: the newest consistent stack, or every conflict with its fix."""
     from . import matrix as mx
@@ -53,6 +60,50 @@ def resolve(
         print_result(result)
     if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+@app.command()
+def generate(
+    gpu: Optional[str] = GPU, driver: Optional[str] = DRIVER, platform: Optional[str] = PLATFORM,
+    cuda: Optional[str] = CUDA, rocm: Optional[str] = ROCM, dtk: Optional[str] = DTK, python: Optional[str] = PYTHON,
+    torch: Optional[str] = TORCH, flash_attn: Optional[str] = FLASH_ATTN, vllm: Optional[str] = VLLM,
+    kernels: Optional[str] = KERNELS,
+    lock: Optional[str] = typer.Option(None, "--lock", help="replay an envkit.lock.json instead of resolve flags"),
+    mirror: Optional[str] = typer.Option(None, "--mirror", help="site mirror profile (SITE.toml)"),
+    offline: bool = typer.Option(False, "--offline", help="every artifact from the build context; refuse any network step"),
+    out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context)"),
+    host_march: str = typer.Option("x86-64-v2", "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
+    max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
+    nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    force: bool = typer.Option(False, "--force", help="replace an output directory envkit did not write"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
+    from .generate import generate as gen, write_tree
+    from .plan import Options
+
+    flags = {"gpu": gpu, "driver": driver, "platform": platform, "cuda": cuda, "rocm": rocm, "dtk": dtk, "python": python,
+             "torch": torch, "flash_attn": flash_attn, "vllm": vllm, "kernels": kernels}
+    opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    g = gen(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts)
+    if g.plan is None:
+        if as_json:
+            _print_json(g.result.to_dict())
+        else:
+            from .report import print_result
+
+            print_result(g.result)
+        raise typer.Exit(EXIT_NO_SOLUTION)
+    if not dry_run:
+        write_tree(out, g.files, force)
+    if as_json:
+        _print_json({**g.plan.to_dict(), "command": g.command, "out": None if dry_run else out, "files": sorted(g.files)})
+        return
+    from .report import print_plan
+
+    print_plan(g.plan, None if dry_run else out, sorted(g.files))
 
 
 @matrix_app.command("check")

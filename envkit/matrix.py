@@ -92,6 +92,7 @@ class CudaToolkit:
     cudnn: str
     devel_image: str
     runtime_image: str
+    os: str
     source: str
 
     def can_target(self, gpu: CC) -> bool:
@@ -159,6 +160,7 @@ class Rocm:
     archs: tuple[str, ...]
     devel_image: str
     runtime_image: str
+    os: str
     source: str
 
 
@@ -226,6 +228,21 @@ class PythonRelease:
 
 
 @dataclass(frozen=True)
+class OsRelease:
+    """A base image's operating system: its own Python and the apt package sets envkit installs."""
+    name: str
+    family: str
+    python: Version
+    python_packages: tuple[str, ...]
+    python_runtime: tuple[str, ...]
+    build_packages: tuple[str, ...]
+    cpython_build: tuple[str, ...]
+    cpython_runtime: tuple[str, ...]
+    cpu_image: Optional[str]
+    source: str
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: str
     cuda: tuple[CudaToolkit, ...]
@@ -238,6 +255,7 @@ class Matrix:
     flash_attn_broken: tuple[FlashAttnBroken, ...]
     vllm: tuple[Vllm, ...]
     python: tuple[PythonRelease, ...]
+    os: tuple[OsRelease, ...]
     raw: dict = field(repr=False, compare=False, hash=False)
 
     def cuda_toolkit(self, version: Version) -> Optional[CudaToolkit]:
@@ -248,6 +266,12 @@ class Matrix:
 
     def dtk_release(self, version: Version) -> Optional[Dtk]:
         return next((d for d in self.dtk if d.version == version), None)
+
+    def os_release(self, name: str) -> Optional[OsRelease]:
+        return next((o for o in self.os if o.name == name), None)
+
+    def python_release(self, version: Version) -> Optional[PythonRelease]:
+        return next((p for p in self.python if p.version == version), None)
 
 
 # ---------------------------------------------------------------- validation helpers
@@ -344,7 +368,7 @@ def _rows(raw: dict, text: str, table: str, problems: list[str]) -> list[_Row]:
 def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
     out = []
     for r in rows:
-        r.unknown_keys({"version", "release", "min_driver", "toolkit_driver", "archs", "cudnn", "devel_image", "runtime_image", "source"})
+        r.unknown_keys({"version", "release", "min_driver", "toolkit_driver", "archs", "cudnn", "devel_image", "runtime_image", "os", "source"})
         t = CudaToolkit(
             version=r.get("version", Version),
             release=r.get("release", _ident),
@@ -354,6 +378,7 @@ def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
             cudnn=r.get("cudnn", _ident),
             devel_image=r.get("devel_image", _ident),
             runtime_image=r.get("runtime_image", _ident),
+            os=r.get("os", _ident),
             source=r.source(),
         )
         if r.ok:
@@ -440,12 +465,13 @@ def _parse_torch(rows: list[_Row], problems: list[str]) -> list[TorchBuild]:
 def _parse_rocm(rows: list[_Row]) -> list[Rocm]:
     out = []
     for r in rows:
-        r.unknown_keys({"version", "archs", "devel_image", "runtime_image", "confidence", "source"})
+        r.unknown_keys({"version", "archs", "devel_image", "runtime_image", "os", "confidence", "source"})
         x = Rocm(
             version=r.get("version", Version),
             archs=r.get("archs", _str_list, kind=list),
             devel_image=r.get("devel_image", _ident),
             runtime_image=r.get("runtime_image", _ident),
+            os=r.get("os", _ident),
             source=r.source(),
         )
         if r.ok:
@@ -572,6 +598,23 @@ def _parse_python(rows: list[_Row]) -> list[PythonRelease]:
     return out
 
 
+_OS_LISTS = ("python_packages", "python_runtime", "build_packages", "cpython_build", "cpython_runtime")
+
+
+def _parse_os(rows: list[_Row]) -> list[OsRelease]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"name", "family", "python", "cpu_image", "source", *_OS_LISTS})
+        lists = {k: r.get(k, _str_list, kind=list) for k in _OS_LISTS}
+        x = OsRelease(name=r.get("name", _pattern(r"[a-z]+\d+(\.\d+)?", "ubuntu22.04")),
+                      family=r.get("family", _one_of("family", "debian")),
+                      python=r.get("python", Version), cpu_image=r.get("cpu_image", _ident, None),
+                      source=r.source(), **lists)
+        if r.ok:
+            out.append(x)
+    return out
+
+
 def _duplicates(items: list, key: Callable[[Any], Any], what: str, problems: list[str]) -> None:
     seen: set = set()
     for it in items:
@@ -589,7 +632,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     problems: list[str] = []
     if raw.get("schema") != 1:
         problems.append("top-level `schema = 1` is missing or unsupported")
-    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_arch", "flash_attn_broken", "vllm", "python"}
+    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_arch", "flash_attn_broken", "vllm", "python", "os"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown table `{key}`")
@@ -603,6 +646,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     fa_broken = _parse_fa_broken(_rows(raw, text, "flash_attn_broken", problems))
     vllm = _parse_vllm(_rows(raw, text, "vllm", problems))
     python = _parse_python(_rows(raw, text, "python", problems))
+    oses = _parse_os(_rows(raw, text, "os", problems))
 
     _duplicates(cuda, lambda c: c.version, "cuda version", problems)
     _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
@@ -612,6 +656,13 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     for g in gpus:
         names.extend(_norm(n) for n in (g.name, *g.aliases))
     _duplicates(names, lambda n: n, "gpu name or alias", problems)
+    _duplicates(oses, lambda o: o.name, "os name", problems)
+    os_names = {o.name for o in oses}
+    for row in [*cuda, *rocm]:
+        if row.os not in os_names:
+            problems.append(f"{type(row).__name__.lower()} {row.version}: os {row.os!r} has no [[os]] row")
+    if sum(1 for o in oses if o.cpu_image) != 1:
+        problems.append("exactly one [[os]] row must name the cpu_image")
     cuda_versions = {c.version for c in cuda}
     rocm_versions = {r.version for r in rocm}
     for b in torch:
@@ -641,6 +692,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         flash_attn_broken=tuple(fa_broken),
         vllm=by_version(vllm),
         python=by_version(python),
+        os=tuple(oses),
         raw=raw,
     )
 

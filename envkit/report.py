@@ -109,3 +109,38 @@ def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = N
             for row in rows:
                 t.add_row(*row)
             c.print(t)
+
+
+def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
+    """The build plan as a reviewer reads it: stages, each step with why it is there and what it reaches."""
+    c = console or _console()
+    c.print(f"[bold]envkit generate[/bold]: {plan.stack}")
+    mode = "offline (build context only)" if plan.options.offline else (f"site {plan.site.path}" if plan.site.given else "internet")
+    c.print(f"network: {mode}; python: {plan.python_source}")
+    net_style = {"none": "green", "site": "cyan", "internet": "yellow"}
+    for stage in plan.stages:
+        t = Table(title=f"stage {stage.name}: FROM {stage.image}", title_justify="left", show_header=True, header_style="bold")
+        t.add_column("#", justify="right")
+        t.add_column("step", overflow="fold")
+        t.add_column("why", overflow="fold")
+        t.add_column("network")
+        for i, st in enumerate(stage.steps, 1):
+            net = st.network + (f"\n{' '.join(st.reaches)}" if st.reaches else "")
+            t.add_row(str(i), st.title, st.why, f"[{net_style.get(st.network, '')}]{net}[/]")
+        c.print(t)
+    if plan.carried:
+        t = Table(title="the build context must hold", title_justify="left", header_style="bold")
+        t.add_column("path", no_wrap=True)
+        t.add_column("what", overflow="fold")
+        t.add_column("from", overflow="fold")
+        for item in plan.carried:
+            t.add_row(item.path, item.what, item.origin)
+        c.print(t)
+    if plan.build_args:
+        c.print("build args (never written into a layer): " + " ".join(f"--build-arg {k}=..." for k, _ in plan.build_args))
+    for w in plan.warnings:
+        c.print(f"  [yellow]warning[/yellow]: {w}")
+    if out:
+        c.print(f"wrote {len(files)} files to {out}/: {', '.join(files)}")
+    else:
+        c.print(f"dry run: would write {', '.join(files)}")

@@ -138,11 +138,16 @@ def fa_archs_env(arch_list: list[str]) -> str:
 
 # ---------------------------------------------------------------- host facts
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def host_memory_gb() -> float:
     limit = None
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            raw = open(path).read().strip()
+            raw = _read(path).strip()
         except OSError:
             continue
         if raw.isdigit() and int(raw) < 1 << 60:
@@ -150,7 +155,7 @@ def host_memory_gb() -> float:
         break
     avail = None
     try:
-        for line in open("/proc/meminfo"):
+        for line in _read("/proc/meminfo").splitlines():
             if line.startswith("MemAvailable:"):
                 avail = int(line.split()[1]) / 2**20
     except OSError:
@@ -194,7 +199,7 @@ def _run(cmd: list[str], cwd: str, env: dict, log_path: str, label: str) -> None
                 print(f"  {label}: compiled {m.group(1)}/{m.group(2)}", flush=True)
         rc = proc.wait()
     if rc != 0:
-        tail = "".join(open(log_path).readlines()[-25:])
+        tail = "\n".join(_read(log_path).splitlines()[-25:])
         raise BuildError(f"{label} failed (exit {rc}); last lines of {log_path}:\n{tail}", 4)
 
 
@@ -230,7 +235,7 @@ def build(args: argparse.Namespace) -> dict:
         if t != "flash_attn":
             setup = os.path.join(d, "setup.py")
             if os.path.exists(setup):
-                text, changes = patch_setup_py(open(setup).read(), args.host_march)
+                text, changes = patch_setup_py(_read(setup), args.host_march)
                 changes.insert(0, "setup.py shipped")
             else:
                 text = supplied_setup_py(t, args.host_march)

@@ -1,0 +1,5 @@
+COPY debs/${stage}/ /opt/envkit/debs/
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ${packages} \
+ && rm -rf /var/lib/apt/lists/* /opt/envkit/debs

@@ -1,0 +1,4 @@
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ${packages} \
+ && rm -rf /var/lib/apt/lists/*

@@ -1,0 +1,1 @@
+COPY wheelhouse/${wheel} /opt/envkit/wheelhouse/

@@ -1,0 +1,1 @@
+RUN python -c "import ${modules}; print('envkit: import check passed')"

@@ -1,0 +1,7 @@
+COPY envkit/solution.json /opt/envkit/solution.json
+LABEL org.opencontainers.image.title="${title}" \
+      org.opencontainers.image.description="${stack}" \
+      org.opencontainers.image.vendor="envkit ${envkit_version}" \
+      io.envkit.lock.sha256="${lock_sha256}" \
+      io.envkit.solution="${solution_json}"
+CMD ["python"]

@@ -1,0 +1,1 @@
+RUN pip install --no-cache-dir ${args}${packages}

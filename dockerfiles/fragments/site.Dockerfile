@@ -1,0 +1,2 @@
+COPY envkit/site/ /opt/envkit/site/
+RUN sh /opt/envkit/site/apply-site.sh

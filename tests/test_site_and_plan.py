@@ -1,0 +1,118 @@
+"""Site profile parsing and the planner's refusals, on plain data."""
+from __future__ import annotations
+
+import pytest
+
+from envkit import matrix as mx
+from envkit.errors import InputError
+from envkit.generate import solve
+from envkit.plan import Options, plan
+from envkit.render import check_offline
+from envkit.resolve import parse_query, resolve
+from envkit.site import Site, parse
+
+M = mx.load()
+SEED = {"gpu": "RTX A6000", "cuda": "11.8", "python": "3.8", "torch": "2.1.2", "flash_attn": "2.2.0",
+        "kernels": "layer_norm,rotary", "vllm": "0.2.7"}
+
+
+def _solution(**flags):
+    r = resolve(M, parse_query(M, **flags))
+    assert r.solution is not None, r.conflicts
+    return r.solution
+
+
+def _site(text: str) -> Site:
+    return parse(text, "SITE.toml", read_file=lambda p: b"-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n")
+
+
+def test_site_mirrors_rewrite_and_registry_prefix():
+    s = _site('[apt]\nmirror = "http://10.1.1.1/ubuntu/"\n[pip]\nindex_url = "http://10.1.1.1/simple"\n'
+              '[rewrite]\n"https://download.pytorch.org/whl" = "http://10.1.1.1/torch"\n[registry]\nprefix = "reg.corp:5000"\n'
+              '[images]\n"docker.io/rocm/dev-ubuntu-22.04:6.2.4" = "reg.corp:5000/rocm@sha256:abc"\n')
+    assert s.apt_mirror == "http://10.1.1.1/ubuntu"
+    assert s.rewrite("https://download.pytorch.org/whl/cu118") == "http://10.1.1.1/torch/cu118"
+    assert s.rewrite("https://github.com/x") is None
+    assert s.rewrite("http://10.1.1.1/other") == "http://10.1.1.1/other"
+    assert s.image("docker.io/nvidia/cuda:12.8.1-devel") == "reg.corp:5000/nvidia/cuda:12.8.1-devel"
+    assert s.image("docker.io/rocm/dev-ubuntu-22.04:6.2.4") == "reg.corp:5000/rocm@sha256:abc"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('[pip]\nindex_url = "http://bob:hunter2@10.1.1.1/simple"\n', "carries credentials"),
+    ('[pip]\npassword = "hunter2"\n', "looks like a credential"),
+    ('[mirrors]\nx = 1\n', "unknown table [mirrors]"),
+    ('[apt]\nmirror = "10.1.1.1/ubuntu"\n', "must be an http(s):// URL"),
+    ('[apt]\nmirror = "http://10.1.1.1/ub#untu"\n', "may not hold"),
+    ('[apt]\nmirrors = "http://10.1.1.1/ubuntu"\n', "unknown key `mirrors` in [apt]"),
+    ('[apt\nmirror = 1\n', "not valid TOML"),
+    ('[registry]\nprefix = "https://reg.corp"\n', "without a scheme"),
+])
+def test_bad_site_files_name_the_problem_and_the_fix(text, needle):
+    with pytest.raises(InputError) as e:
+        _site(text)
+    assert needle in e.value.message and e.value.fix and e.value.exit_code == 2
+    assert "\n" not in e.value.one_line()
+
+
+def test_ca_cert_must_be_pem():
+    with pytest.raises(InputError, match="not a PEM"):
+        parse('[ca]\ncert = "ca.der"\n', "SITE.toml", read_file=lambda p: b"\x30\x82")
+
+
+def test_a_site_that_does_not_mirror_the_torch_index_is_refused_naming_the_step():
+    site = _site('[pip]\nindex_url = "http://10.1.1.1/simple"\n')
+    with pytest.raises(InputError) as e:
+        plan(M, _solution(**SEED), site, Options())
+    assert "step `build-torch`" in e.value.message and "https://download.pytorch.org/whl/cu118" in e.value.message
+    assert '[rewrite] "https://download.pytorch.org"' in e.value.fix
+
+
+def test_offline_plans_reach_nothing_and_list_what_to_carry():
+    p = plan(M, _solution(**SEED), Site(), Options(offline=True))
+    assert {st.network for s in p.stages for st in s.steps} == {"none"}
+    paths = {c.path for c in p.carried}
+    assert {"wheelhouse/", "debs/build/", "debs/runtime/", "sources/Python-3.8.18.tgz", "sources/flash_attn-2.2.0.tar.gz"} <= paths
+    assert "torch==2.1.2+cu118" in p.requirements and "vllm==0.2.7+cu118" in p.requirements
+
+
+def test_check_offline_names_the_step_that_reaches_a_url():
+    text = "FROM x AS build\n\n# [build-vllm] vLLM: why\nRUN pip install https://github.com/v.whl\n"
+    with pytest.raises(InputError, match=r"step `build-vllm` reaches https://github.com/v.whl"):
+        check_offline(text)
+    with pytest.raises(InputError, match="syntax"):
+        check_offline("# syntax=docker/dockerfile:1\nFROM x\n")
+
+
+def test_vllm_on_rocm_is_refused_with_an_alternative():
+    sol = _solution(gpu="MI300X", rocm="6.2")
+    from dataclasses import replace
+    v = next(x for x in M.vllm if str(x.version) == "0.11.0")
+    with pytest.raises(InputError, match="Dockerfile.rocm"):
+        plan(M, replace(sol, vllm=v), Site(), Options())
+
+
+def test_dtk_needs_the_site_to_name_its_image():
+    with pytest.raises(InputError) as e:
+        plan(M, _solution(gpu="Z100L", dtk="24.04"), Site(), Options())
+    assert "[dtk] devel_image" in e.value.fix
+
+
+def test_without_python_flag_the_base_images_python_is_preferred_when_torch_stays():
+    flags = {"gpu": "H200", "cuda": "13.0", "flash_attn": "2.7.4.post1"}
+    unbiased = resolve(M, parse_query(M, **flags)).solution
+    result, used = solve(M, flags, Site())
+    assert str(unbiased.python) != "3.12"
+    assert str(result.solution.python) == "3.12" and used["python"] == "3.12"
+    assert result.solution.torch == unbiased.torch
+
+
+def test_distro_python_when_it_fits_else_the_carried_tarball():
+    assert plan(M, _solution(gpu="H200", cuda="13.0", python="3.12"), Site(), Options()).python_source == "distro"
+    p = plan(M, _solution(**SEED), Site(), Options())
+    assert p.python_source == "tarball" and any(c.path == "sources/Python-3.8.18.tgz" for c in p.carried)
+
+
+def test_bad_host_march_is_refused():
+    with pytest.raises(InputError, match="-march"):
+        plan(M, _solution(gpu="H200", cuda="13.0"), Site(), Options(host_march="x86 64; rm -rf /"))

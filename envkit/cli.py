@@ -128,7 +128,7 @@ def matrix_check(
 
 @matrix_app.command("show")
 def matrix_show(
-    table: Optional[str] = typer.Argument(None, help="cuda, gpu, torch, rocm, dtk, flash_attn, vllm, python"),
+    table: Optional[str] = typer.Argument(None, help="cuda, gpu, torch, rocm, dtk, flash_attn, vllm, python, os"),
     matrix_path: Optional[str] = typer.Option(None, "--matrix"),
 ) -> None:
     """Print the matrix (or one table) as rich tables."""

@@ -91,6 +91,7 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
                  [(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
                   for v in m.vllm]),
         "python": ("CPython", ("python", "tarball"), [(str(p.version), p.tarball) for p in m.python]),
+        "os": ("base image OS", ("os", "family", "python", "cpu image"), [(o.name, o.family, str(o.python), o.cpu_image or "") for o in m.os]),
     }
 
 

@@ -4,9 +4,10 @@
 set -eu
 here=$(dirname "$0")
 . "$here/site.env"
+R=${ENVKIT_ROOT:-}   # tests run this script against a directory tree instead of /
 
-if [ "${REMOVE_VENDOR_LISTS:-1}" = 1 ] && [ -d /etc/apt/sources.list.d ]; then
-    for f in /etc/apt/sources.list.d/*; do
+if [ "${REMOVE_VENDOR_LISTS:-1}" = 1 ] && [ -d $R/etc/apt/sources.list.d ]; then
+    for f in $R/etc/apt/sources.list.d/*; do
         [ -e "$f" ] || continue
         case "$(basename "$f")" in
             cuda*|nvidia*|rocm*|amdgpu*|graphics*|deadsnakes*)
@@ -16,12 +17,12 @@ if [ "${REMOVE_VENDOR_LISTS:-1}" = 1 ] && [ -d /etc/apt/sources.list.d ]; then
 fi
 
 if [ "${OFFLINE:-0}" = 1 ]; then
-    rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources
-    echo "deb [trusted=yes] file:/opt/envkit/debs ./" > /etc/apt/sources.list.d/envkit-offline.list
+    rm -f $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources
+    echo "deb [trusted=yes] file:/opt/envkit/debs ./" > $R/etc/apt/sources.list.d/envkit-offline.list
     echo "envkit: apt reads only the carried repository /opt/envkit/debs"
 elif [ -n "${APT_MIRROR:-}" ]; then
     # Both formats: sources.list lines (deb URL suite ...) and deb822 files (URIs: URL).
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    for f in $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources; do
         [ -f "$f" ] || continue
         sed -i -E \
             -e "s#https?://security\.ubuntu\.com/ubuntu/?#${APT_SECURITY}/#g" \
@@ -32,7 +33,7 @@ elif [ -n "${APT_MIRROR:-}" ]; then
             "$f"
         echo "envkit: apt source $f -> ${APT_MIRROR}"
     done
-    left=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    left=$(cat $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources 2>/dev/null \
            | grep -E '^[[:space:]]*(deb|deb-src|URIs:)' | grep -oE '(https?|ftp)://[^ ]+' \
            | grep -vE "^(${SITE_HOSTS_RE})" || true)
     if [ -n "$left" ]; then
@@ -43,17 +44,17 @@ elif [ -n "${APT_MIRROR:-}" ]; then
 fi
 
 if [ -f "$here/ca.crt" ]; then
-    mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs
-    cp "$here/ca.crt" /usr/local/share/ca-certificates/envkit-site-ca.crt
-    if command -v update-ca-certificates > /dev/null 2>&1; then
+    mkdir -p $R/usr/local/share/ca-certificates $R/etc/ssl/certs
+    cp "$here/ca.crt" $R/usr/local/share/ca-certificates/envkit-site-ca.crt
+    if [ -z "$R" ] && command -v update-ca-certificates > /dev/null 2>&1; then
         update-ca-certificates > /dev/null
     else
-        cat "$here/ca.crt" >> /etc/ssl/certs/ca-certificates.crt
+        cat "$here/ca.crt" >> $R/etc/ssl/certs/ca-certificates.crt
     fi
     echo "envkit: trusting the site CA certificate"
 fi
 
 if [ -f "$here/pip.conf" ]; then
-    cp "$here/pip.conf" /etc/pip.conf
-    echo "envkit: pip configured by /etc/pip.conf"
+    cp "$here/pip.conf" $R/etc/pip.conf
+    echo "envkit: pip configured by $R/etc/pip.conf"
 fi

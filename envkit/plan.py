@@ -28,7 +28,8 @@ PYTHON_PREFIX = "/opt/python"
 WHEELHOUSE = "/opt/envkit/wheelhouse"
 PYTHON_FTP = "https://www.python.org/ftp/python"
 # Build tools pinned once, for every Python from 3.8 on (each ships a py3 or abi3 wheel).
-BUILD_TOOLS = ("setuptools==69.5.1", "wheel==0.43.0", "packaging==24.0", "ninja==1.11.1.1", "psutil==5.9.8", "einops==0.7.0")
+BUILD_TOOLS = ("setuptools==69.5.1", "wheel==0.43.0", "packaging==24.0", "ninja==1.11.1.1", "psutil==5.9.8")
+FLASH_ATTN_DEPS = ("einops==0.7.0",)
 DEFAULT_HOST_MARCH = "x86-64-v2"
 
 
@@ -189,7 +190,7 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     devel_up, runtime_up, osr = base_os(m, sol, site)
     devel, runtime = site.image(_qualified(devel_up)), site.image(_qualified(runtime_up))
     carried: list[Carried] = []
-    reqs: list[str] = list(BUILD_TOOLS)
+    reqs: list[str] = []
     warnings: list[str] = []
 
     distro_python = osr.python == sol.python
@@ -228,9 +229,14 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
 
     # ------------------------------------------------------------ build stage
     b: list[Step] = site_step("build")
-    build_pkgs = osr.build_packages + (osr.python_packages if distro_python else osr.cpython_build)
-    b.append(apt_step("build", build_pkgs,
-                      "compilers for the kernels" + (f" and {osr.name}'s Python {osr.python}" if distro_python else f" and the libraries CPython {sol.python} builds against")))
+    compiles = bool(sol.kernels) or (sol.flash_attn is not None and sol.flash_attn.build == "source")
+    if not distro_python:
+        build_pkgs, why = osr.cpython_build, f"compilers and the libraries CPython {sol.python} builds against"
+    elif compiles:
+        build_pkgs, why = osr.build_packages + osr.python_packages, f"compilers for the kernels and {osr.name}'s Python {osr.python} with its headers"
+    else:
+        build_pkgs, why = osr.python_runtime, f"{osr.name}'s Python {osr.python}; nothing is compiled, so no compiler"
+    b.append(apt_step("build", build_pkgs, why))
     if distro_python:
         python_bin = f"/usr/bin/python{osr.python}"
     else:
@@ -246,8 +252,13 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         carried.append(Carried("wheelhouse/", "every wheel in `requirements` (and their dependencies)", "pip download in the target image (envkit bundle)"))
     b.append(Step("build-venv", f"virtual environment {VENV}", "one self-contained tree to copy into the runtime stage",
                   "venv", (("python", python_bin), ("venv", VENV), ("wheelhouse", "yes" if opts.offline else ""))))
-    b.append(Step("build-tools", "pinned build tools", "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel",
-                  "pip", (("pip_source", pip_source), ("packages", " ".join(BUILD_TOOLS))), index_net))
+    tools = (BUILD_TOOLS if compiles else ()) + (FLASH_ATTN_DEPS if sol.flash_attn else ())
+    if tools:
+        reqs.extend(tools)
+        b.append(Step("build-tools", "pinned build tools" if compiles else "flash-attn's dependencies",
+                      "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel; flash_attn imports einops"
+                      if compiles else "flash_attn imports einops",
+                      "pip", (("pip_source", pip_source), ("packages", " ".join(tools))), index_net))
 
     t = sol.torch
     torch_args, torch_net, torch_reach = pip_source, index_net, ()

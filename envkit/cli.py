@@ -106,6 +106,128 @@ def generate(
     print_plan(g.plan, None if dry_run else out, sorted(g.files))
 
 
+def _flags(**kw: Optional[str]) -> dict:
+    return kw
+
+
+@app.command()
+def bundle(
+    gpu: Optional[str] = GPU, driver: Optional[str] = DRIVER, platform: Optional[str] = PLATFORM,
+    cuda: Optional[str] = CUDA, rocm: Optional[str] = ROCM, dtk: Optional[str] = DTK, python: Optional[str] = PYTHON,
+    torch: Optional[str] = TORCH, flash_attn: Optional[str] = FLASH_ATTN, vllm: Optional[str] = VLLM,
+    kernels: Optional[str] = KERNELS,
+    lock: Optional[str] = typer.Option(None, "--lock", help="bundle an envkit.lock.json instead of resolve flags"),
+    mirror: Optional[str] = typer.Option(None, "--mirror", help="fetch through the site's mirrors (SITE.toml)"),
+    find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
+    out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
+    force: bool = typer.Option(False, "--force", help="replace an output directory envkit did not write"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
+    from .bundle import make_bundle
+    from .report import bundle_progress, print_bundle
+
+    flags = _flags(gpu=gpu, driver=driver, platform=platform, cuda=cuda, rocm=rocm, dtk=dtk, python=python, torch=torch,
+                   flash_attn=flash_attn, vllm=vllm, kernels=kernels)
+    say, progress = bundle_progress()
+    g, report = make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
+                            force=force, say=say, progress_factory=progress)
+    if report is None:
+        if as_json:
+            _print_json(g.result.to_dict())
+        else:
+            from .report import print_result
+
+            print_result(g.result)
+        raise typer.Exit(EXIT_NO_SOLUTION)
+    if as_json:
+        _print_json({"schema": 1, "ok": True, "out": out, "complete_already": report.complete_already, "files": report.files,
+                     "bytes": report.bytes, "downloaded": report.downloaded, "reused": report.reused})
+    else:
+        print_bundle(report)
+
+
+@app.command()
+def build(
+    gpu: Optional[str] = GPU, driver: Optional[str] = DRIVER, platform: Optional[str] = PLATFORM,
+    cuda: Optional[str] = CUDA, rocm: Optional[str] = ROCM, dtk: Optional[str] = DTK, python: Optional[str] = PYTHON,
+    torch: Optional[str] = TORCH, flash_attn: Optional[str] = FLASH_ATTN, vllm: Optional[str] = VLLM,
+    kernels: Optional[str] = KERNELS,
+    offline: bool = typer.Option(False, "--offline", help="build a bundle with the network off"),
+    bundle_dir: Optional[str] = typer.Option(None, "--bundle", help="the bundle directory (with --offline)"),
+    lock: Optional[str] = typer.Option(None, "--lock", help="build an envkit.lock.json (mirror mode)"),
+    mirror: Optional[str] = typer.Option(None, "--mirror", help="build against the site's mirrors (SITE.toml)"),
+    out: str = typer.Option("envkit-build", "-o", "--out", help="build context directory (mirror mode)"),
+    tag: Optional[str] = typer.Option(None, "--tag", "-t", help="image name:tag (default envkit/<platform>:<torch>)"),
+    network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary (the log goes to stderr)"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """Build an image: offline from a bundle (network none), or against the site's mirrors."""
+    from pathlib import Path
+
+    from .build import collect, judge, load_images, stream_build
+    from .errors import InputError, PreflightError
+    from .report import build_console, build_line, print_build, print_preflight
+
+    flags = _flags(gpu=gpu, driver=driver, platform=platform, cuda=cuda, rocm=rocm, dtk=dtk, python=python, torch=torch,
+                   flash_attn=flash_attn, vllm=vllm, kernels=kernels)
+    if network not in ("bridge", "host"):
+        raise InputError(f"--network {network!r} is not bridge or host", "use --network bridge (default) or host")
+    if offline:
+        if not bundle_dir:
+            raise InputError("--offline builds a bundle: --bundle DIR is missing", "pass --bundle DIR (made by envkit bundle)")
+        if any(flags.values()) or lock or mirror:
+            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock and --mirror do not apply",
+                             "drop them, or make a new bundle")
+        context = Path(bundle_dir)
+        if not context.is_dir():
+            raise InputError(f"bundle directory {bundle_dir} does not exist", "pass the directory written by envkit bundle")
+    else:
+        if bundle_dir:
+            raise InputError("--bundle is for offline builds", "add --offline, or drop --bundle to build against --mirror")
+        if not mirror:
+            raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
+        from .generate import generate as gen, write_tree
+        from .plan import Options
+
+        g = gen(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options())
+        if g.plan is None:
+            from .report import print_result
+
+            print_result(g.result)
+            raise typer.Exit(EXIT_NO_SOLUTION)
+        write_tree(out, g.files, force=False)
+        context = Path(out)
+    console = build_console(stderr=as_json)
+    facts, engine = collect(context, offline=offline)
+    checks = judge(facts)
+    print_preflight(checks, console)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise PreflightError(f"preflight refused the build: {'; '.join(c.name + ': ' + c.detail for c in failed)}",
+                             failed[0].fix)
+    if dry_run:
+        console.print("dry run: preflight passed; nothing was built")
+        return
+    sol = json.loads((context / "envkit.lock.json").read_text())["solution"]
+    ref = tag or f"envkit/{sol['platform']}:torch{sol['torch']['pin'].replace('+', '-')}"
+    load_images(engine, context, lambda m: console.print(f"[dim]{m}[/dim]"))
+    plan_doc = json.loads((context / "envkit.plan.json").read_text())
+    buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
+    result = stream_build(engine, context, "none" if offline else network, buildargs, lambda line: build_line(console, line))
+    engine.tag(result.image_id, ref)
+    result.tag, result.size = ref, engine.size(ref)
+    if as_json:
+        _print_json({"schema": 1, "ok": True, "image": ref, "id": result.image_id, "size": result.size,
+                     "seconds": round(result.seconds, 1), "network": "none" if offline else network,
+                     "stages": [{"name": n, "seconds": round(s, 1)} for n, s in result.stages]})
+    else:
+        print_build(result, offline, console)
+
+
 @matrix_app.command("check")
 def matrix_check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),

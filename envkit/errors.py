@@ -5,7 +5,8 @@ Exit codes (documented in the README):
   1  no solution / problems found (not an exception: the command returns it)
   2  bad input: a flag, a spec, a file the user gave
   3  the matrix data file is invalid
-  4  an external engine or tool failed (docker, pip, network)
+  4  an external engine or tool failed (docker, pip, network, a build step)
+  5  preflight refused a build: bundle files missing or altered, no engine, too little disk or memory
 """
 from __future__ import annotations
 
@@ -46,3 +47,9 @@ class ExternalError(EnvkitError):
     """Something outside envkit (docker engine, pip, network) failed."""
 
     exit_code = 4
+
+
+class PreflightError(EnvkitError):
+    """The build was refused before any step ran; every failed check was printed."""
+
+    exit_code = 5

@@ -159,13 +159,14 @@ def write_tree(out: str, files: dict[str, bytes], force: bool) -> None:
         if not target.is_dir():
             raise InputError(f"output {out} exists and is not a directory", "choose another -o DIR")
         ours = (target / LOCK_NAME).is_file()
-        keep = {"wheelhouse", "sources", "debs"}
+        keep = {"wheelhouse", "sources", "debs", "images", "manifest.json"}
         foreign = [p.name for p in target.iterdir() if p.name not in keep and not ours]
         if foreign and not force:
             raise InputError(f"output {out} holds files envkit did not write ({', '.join(sorted(foreign)[:3])})",
                              "choose an empty -o DIR, or pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)
     try:
         for rel, data in files.items():
             p = tmp / rel
@@ -174,7 +175,7 @@ def write_tree(out: str, files: dict[str, bytes], force: bool) -> None:
             if rel.endswith((".sh", ".py")):
                 p.chmod(0o755)
         if target.exists():
-            for name in ("wheelhouse", "sources", "debs"):  # carried artifacts survive a regeneration
+            for name in ("wheelhouse", "sources", "debs", "images", "manifest.json"):  # carried artifacts survive
                 if (target / name).exists():
                     os.replace(target / name, tmp / name)
             old = target.with_name(f".{target.name}.old")

@@ -232,6 +232,7 @@ class OsRelease:
     """A base image's operating system: its own Python and the apt package sets envkit installs."""
     name: str
     family: str
+    glibc: Version
     python: Version
     python_packages: tuple[str, ...]
     python_runtime: tuple[str, ...]
@@ -604,10 +605,10 @@ _OS_LISTS = ("python_packages", "python_runtime", "build_packages", "cpython_bui
 def _parse_os(rows: list[_Row]) -> list[OsRelease]:
     out = []
     for r in rows:
-        r.unknown_keys({"name", "family", "python", "cpu_image", "source", *_OS_LISTS})
+        r.unknown_keys({"name", "family", "glibc", "python", "cpu_image", "source", *_OS_LISTS})
         lists = {k: r.get(k, _str_list, kind=list) for k in _OS_LISTS}
         x = OsRelease(name=r.get("name", _pattern(r"[a-z]+\d+(\.\d+)?", "ubuntu22.04")),
-                      family=r.get("family", _one_of("family", "debian")),
+                      family=r.get("family", _one_of("family", "debian")), glibc=r.get("glibc", Version),
                       python=r.get("python", Version), cpu_image=r.get("cpu_image", _ident, None),
                       source=r.source(), **lists)
         if r.ok:

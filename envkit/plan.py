@@ -79,6 +79,7 @@ class BuildPlan:
     stages: tuple[Stage, ...]
     carried: tuple[Carried, ...]
     requirements: tuple[str, ...]
+    wheel_sources: tuple[tuple[str, Optional[str]], ...]
     build_args: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
     python_source: str  # "distro" | "tarball"
@@ -96,6 +97,7 @@ class BuildPlan:
                                    "reaches": list(st.reaches)} for st in s.steps]} for s in self.stages],
             "context": [{"path": c.path, "what": c.what, "origin": c.origin} for c in self.carried],
             "requirements": list(self.requirements),
+            "wheel_sources": [{"requirement": r, "index": i} for r, i in self.wheel_sources],
             "build_args": dict(self.build_args),
             "warnings": list(self.warnings),
         }
@@ -191,6 +193,7 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     devel, runtime = site.image(_qualified(devel_up)), site.image(_qualified(runtime_up))
     carried: list[Carried] = []
     reqs: list[str] = []
+    fetch_from: list[tuple[str, Optional[str]]] = []  # what `envkit bundle` downloads: (spec or URL, extra index)
     warnings: list[str] = []
 
     distro_python = osr.python == sol.python
@@ -255,6 +258,7 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     tools = (BUILD_TOOLS if compiles else ()) + (FLASH_ATTN_DEPS if sol.flash_attn else ())
     if tools:
         reqs.extend(tools)
+        fetch_from.extend((t_, None) for t_ in tools)
         b.append(Step("build-tools", "pinned build tools" if compiles else "flash-attn's dependencies",
                       "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel; flash_attn imports einops"
                       if compiles else "flash_attn imports einops",
@@ -277,6 +281,8 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         url, torch_net = fetch.url("build-torch", t.index_url)
         torch_args, torch_reach = f"--extra-index-url {url}", (url,)
     reqs.append(f"torch=={t.pin}")
+    if t.index_url:
+        fetch_from.append((f"torch=={t.pin}", t.index_url))
     b.append(Step("build-torch", f"torch {t.pin}", f"the {t.variant} build (cxx11abi={t.cxx11abi}) every compiled module must match",
                   "pip", (("pip_source", torch_args.strip()), ("packages", torch_spec)), torch_net, torch_reach))
 
@@ -286,6 +292,7 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     if fa is not None:
         if fa.build == "wheel" and fa.url and fa.wheel:
             reqs.append(f"flash-attn=={fa.version}")
+            fetch_from.append((fa.url, None))
             if opts.offline:
                 b.append(Step("build-flash-attn", f"flash-attn {fa.version} wheel", f"prebuilt {fa.wheel} matches torch's ABI",
                               "pip", (("pip_source", pip_source), ("packages", f"flash-attn=={fa.version}")), "none"))
@@ -321,7 +328,9 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     if v is not None:
         spec = f"vllm=={v.version}" + (f"+{sol.vllm_wheel.split('+')[1].split('-')[0]}" if sol.vllm_wheel and "+" in sol.vllm_wheel else "")
         reqs.append(spec)
-        if opts.offline or (sol.vllm_url or "").startswith("https://pypi.org/"):
+        on_pypi = (sol.vllm_url or "").startswith("https://pypi.org/")
+        fetch_from.append((spec if on_pypi else sol.vllm_url or spec, None))
+        if opts.offline or on_pypi:
             b.append(Step("build-vllm", f"vLLM {v.version}", f"pins torch {v.torch}, which {t.pin} satisfies",
                           "pip", (("pip_source", pip_source), ("packages", spec)), "none" if opts.offline else index_net))
         else:
@@ -348,5 +357,5 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         warnings.append("DTK containers need the host's /opt/hyhal: run with -v /opt/hyhal:/opt/hyhal --device /dev/kfd --device /dev/dri")
     if opts.offline:
         warnings.append("offline: load the base images first (docker load -i; envkit bundle carries them), and build with --network none")
-    return BuildPlan(sol, site, opts, stages, tuple(dict.fromkeys(carried)), tuple(reqs), tuple(sorted(build_args)),
+    return BuildPlan(sol, site, opts, stages, tuple(dict.fromkeys(carried)), tuple(reqs), tuple(fetch_from), tuple(sorted(build_args)),
                      tuple(warnings), "distro" if distro_python else "tarball", _stack(sol))

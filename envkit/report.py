@@ -145,3 +145,76 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         c.print(f"wrote {len(files)} files to {out}/: {', '.join(files)}")
     else:
         c.print(f"dry run: would write {', '.join(files)}")
+
+
+def bundle_progress(console: Optional[Console] = None):
+    """(say, progress_factory) for long downloads: a line per event, a bar per file."""
+    import contextlib
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    c = console or _console(stderr=True)
+
+    def say(msg: str) -> None:
+        c.print(f"[dim]bundle:[/dim] {msg}")
+
+    @contextlib.contextmanager
+    def factory(name: str):
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      console=c, transient=True) as p:
+            task = p.add_task(name, total=None)
+
+            def tick(done: int, total: Optional[int]) -> None:
+                p.update(task, completed=done, total=total)
+
+            yield tick
+
+    return say, factory
+
+
+def print_bundle(report, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    if report.complete_already:
+        c.print(f"bundle {report.out}/ is complete: {report.files} files, {report.bytes / 2**20:.0f} MiB verified; nothing downloaded")
+        return
+    c.print(f"bundle {report.out}/: {report.files} files, {report.bytes / 2**20:.0f} MiB; "
+            f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256")
+
+
+def build_console(stderr: bool = False) -> Console:
+    return _console(stderr=stderr)
+
+
+def print_preflight(checks, console: Console) -> None:
+    t = Table(title="preflight", title_justify="left", header_style="bold")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("detail", overflow="fold")
+    for ch in checks:
+        t.add_row(ch.name, "[green]ok[/green]" if ch.ok else "[bold red]FAIL[/bold red]",
+                  ch.detail + (f"\nfix: {ch.fix}" if ch.fix else ""))
+    console.print(t)
+
+
+def build_line(console: Console, line: str) -> None:
+    import re as _re
+
+    from rich.markup import escape
+
+    if _re.match(r"Step \d+/\d+", line):
+        console.print(f"[bold]{escape(line)}[/bold]")
+    elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:
+        console.print(escape(line), highlight=False)
+
+
+def print_build(result, offline: bool, console: Console) -> None:
+    t = Table(title="envkit build", title_justify="left", header_style="bold")
+    t.add_column("")
+    t.add_column("", overflow="fold")
+    t.add_row("image", f"{result.tag}  ({result.image_id})")
+    t.add_row("size", f"{result.size / 2**20:.0f} MiB")
+    t.add_row("network", "none (offline)" if offline else "site mirrors")
+    t.add_row("time", f"{result.seconds:.1f} s, {result.steps} steps")
+    for name, secs in result.stages:
+        t.add_row(f"  stage {name}", f"{secs:.1f} s")
+    console.print(t)

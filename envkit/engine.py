@@ -1,0 +1,81 @@
+"""The container engine adapter: the Docker SDK against DOCKER_HOST (Docker Engine, or Podman's
+Docker-compatible socket). Thin on purpose: everything else gets plain values from here."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from .errors import ExternalError
+
+
+class Engine:
+    def __init__(self, client) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls) -> "Engine":
+        try:
+            import docker
+        except ImportError:  # pragma: no cover
+            raise ExternalError("the docker Python SDK is not installed", "pip install docker") from None
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        try:
+            client = docker.from_env(timeout=600)
+            client.ping()
+        except Exception as exc:  # the SDK raises many kinds for one cause: nobody answers
+            raise ExternalError(f"no container engine answers at {host} ({type(exc).__name__})",
+                                "start one (./scripts/start-docker.sh, or `podman system service`) or set DOCKER_HOST") from None
+        return cls(client)
+
+    def info(self) -> dict:
+        return self.client.info()
+
+    def has_image(self, ref: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.images.get(ref)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    def image_id(self, ref: str) -> str:
+        return self.client.images.get(ref).id
+
+    def save(self, ref: str, dest: Path, progress: Optional[Callable[[int], None]] = None) -> None:
+        part = dest.with_name(dest.name + ".part")
+        done = 0
+        with part.open("wb") as f:
+            for chunk in self.client.images.get(ref).save(named=True):
+                f.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done)
+        os.replace(part, dest)
+
+    def load(self, path: Path) -> list[str]:
+        with path.open("rb") as f:
+            images = self.client.images.load(f)
+        return [t for img in images for t in img.tags]
+
+    def run(self, image: str, command: list[str], volumes: dict[str, dict], network: str = "bridge") -> tuple[int, str]:
+        c = self.client.containers.run(image, command, volumes=volumes, network_mode=network, detach=True)
+        try:
+            rc = c.wait()["StatusCode"]
+            logs = c.logs().decode(errors="replace")
+        finally:
+            c.remove(force=True)
+        return rc, logs
+
+    def build(self, context: Path, *, network: str, buildargs: dict[str, str]) -> Iterator[dict]:
+        """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages."""
+        return self.client.api.build(path=str(context), dockerfile="Dockerfile", network_mode=network, rm=True, forcerm=True,
+                                     decode=True, buildargs=buildargs, pull=False)
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        self.client.images.get(image_id).tag(repo, tag or "latest")
+
+    def size(self, ref: str) -> int:
+        return int(self.client.images.get(ref).attrs.get("Size", 0))

@@ -281,8 +281,16 @@ def make_bundle(flags: dict, *, out: str, matrix_path: Optional[str] = None, loc
         return g, None
     root = Path(out)
     report = BundleReport(root)
-    if (root / MANIFEST).is_file() and (root / "envkit.lock.json").is_file() \
-            and (root / "envkit.lock.json").read_bytes() == g.files["envkit.lock.json"] and not verify(root):
+    if (root / MANIFEST).is_file() and (root / "envkit.plan.json").is_file() \
+            and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
+            and not [p for p in verify(root) if p.split(": ", 1)[-1].split("/")[0] in CARRIED_DIRS]:
+        # Same plan, every carried artifact verified: only the generated files may need rewriting.
+        unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in g.files.items())
+        if not unchanged:
+            images = json.loads((root / MANIFEST).read_text()).get("images", [])
+            write_tree(out, g.files, force)
+            write_manifest(root, images)
+            say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
         report.complete_already = True
         doc = json.loads((root / MANIFEST).read_text())
         report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())

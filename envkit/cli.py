@@ -228,6 +228,42 @@ def build(
         print_build(result, offline, console)
 
 
+@app.command()
+def selftest(
+    image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none) instead of here"),
+    quick: bool = typer.Option(False, "--quick", help="fewer tokens"),
+    as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
+) -> None:
+    """Check torch and the GPU, and decode with a tiny random model: tokens/s, TTFT, TPOT."""
+    if image:
+        from .engine import Engine
+        from .errors import ExternalError
+
+        engine = Engine.connect()
+        args = ["python", "/opt/envkit/selftest.py", "--json"] + (["--quick"] if quick else [])
+        rc, logs = engine.run(image, args, {}, network="none")
+        start = logs.find("{")
+        try:
+            doc = json.loads(logs[start:]) if start >= 0 else None
+        except json.JSONDecodeError:
+            doc = None
+        if doc is None:
+            raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {logs.strip()[-200:]}",
+                                "is it an envkit-built image? (/opt/envkit/selftest.py)")
+    else:
+        from .selftest import run as run_selftest
+
+        doc = run_selftest(quick)
+    if as_json:
+        _print_json(doc)
+    else:
+        from .report import print_selftest
+
+        print_selftest(doc, image)
+    if not doc.get("ok"):
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
 @matrix_app.command("check")
 def matrix_check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),

@@ -39,6 +39,7 @@ def load_templates(root: Optional[Path] = None) -> Templates:
     root = root or templates_dir()
     fragments = {p.stem: p.read_text(encoding="utf-8") for p in sorted((root / "fragments").glob("*.Dockerfile"))}
     scripts = {p.name: p.read_bytes() for p in sorted((root / "scripts").iterdir()) if p.is_file()}
+    scripts["selftest.py"] = (Path(__file__).resolve().parent / "selftest.py").read_bytes()  # runs inside images too
     return Templates(fragments, scripts)
 
 

@@ -218,3 +218,18 @@ def print_build(result, offline: bool, console: Console) -> None:
     for name, secs in result.stages:
         t.add_row(f"  stage {name}", f"{secs:.1f} s")
     console.print(t)
+
+
+def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=f"envkit selftest{' in ' + image if image else ''}", title_justify="left", header_style="bold")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("detail", overflow="fold")
+    for ch in doc["checks"]:
+        t.add_row(ch["name"], "[green]ok[/green]" if ch["ok"] else "[bold red]FAIL[/bold red]", ch["detail"])
+    d = doc.get("decode")
+    if d:
+        t.add_row("tokens/s", f"{d['tokens_per_s']}", f"{d['model']}, batch 1, {d['new_tokens']} new tokens")
+        t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
+    c.print(t)

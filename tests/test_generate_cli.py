@@ -26,7 +26,8 @@ def test_generate_writes_the_build_context(tmp_path):
     p = run("generate", *H200, "-o", str(out))
     assert p.returncode == 0, p.stderr
     names = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
-    assert names == ["Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/build_flash_attn.py", "envkit/solution.json"]
+    assert names == ["Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/build_flash_attn.py", "envkit/selftest.py",
+                     "envkit/solution.json"]
     text = (out / "Dockerfile").read_text()
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS build" in text
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime" in text

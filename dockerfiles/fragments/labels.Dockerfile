@@ -1,4 +1,4 @@
-COPY envkit/solution.json /opt/envkit/solution.json
+COPY envkit/solution.json envkit/selftest.py /opt/envkit/
 LABEL org.opencontainers.image.title="${title}" \
       org.opencontainers.image.description="${stack}" \
       org.opencontainers.image.vendor="envkit ${envkit_version}" \

@@ -1,0 +1,122 @@
+"""Small real HTTP servers on 127.0.0.1 for the tests: a file server that honours Range (and can
+cut a response short, to interrupt a download), a PEP 503 index built from wheel files, and an apt
+pass-through mirror (what apt-cacher-ng does at an intranet site)."""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import threading
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+@contextmanager
+def serve(handler):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class RangeFiles(SimpleHTTPRequestHandler):
+    """Static files with `Range: bytes=N-`; `cut_after` bytes ends the first response early."""
+
+    cut_after: int | None = None
+    requests: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        path = Path(self.translate_path(self.path))
+        type(self).requests.append((self.path, self.headers.get("Range")))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = 0
+        m = re.match(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        if m:
+            start = int(m.group(1))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        cut = type(self).cut_after
+        if cut is not None:
+            type(self).cut_after = None
+            self.wfile.write(body[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(body)
+
+
+def files_handler(root: Path, cut_after: int | None = None):
+    handler = type("Files", (RangeFiles,), {"cut_after": cut_after, "requests": []})
+    return partial(handler, directory=str(root)), handler
+
+
+def _project(wheel: str) -> str:
+    return re.sub(r"[-_.]+", "-", wheel.split("-")[0]).lower()
+
+
+def write_simple_index(wheels: Path, root: Path, prefixes: tuple[str, ...] = ("simple",)) -> None:
+    """A PEP 503 index of the wheels under each prefix, files under root/files/."""
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    by_project: dict[str, list[str]] = {}
+    for w in sorted(wheels.glob("*.whl")):
+        shutil.copy2(w, files / w.name)
+        by_project.setdefault(_project(w.name), []).append(w.name)
+    for prefix in prefixes:
+        depth = "../" * (len(prefix.split("/")) + 1)
+        for project, names in by_project.items():
+            d = root / prefix / project
+            d.mkdir(parents=True, exist_ok=True)
+            links = "".join(f'<a href="{depth}files/{n}#sha256={hashlib.sha256((files / n).read_bytes()).hexdigest()}">{n}</a>\n'
+                            for n in names)
+            (d / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+
+
+class AptPassThrough(SimpleHTTPRequestHandler):
+    """GET /debian/... and /debian-security/... are fetched from deb.debian.org once, then served."""
+
+    cache: Path = Path("/tmp")
+    requests: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        import requests
+
+        type(self).requests.append(self.path)
+        local = self.cache / self.path.lstrip("/")
+        if not local.is_file():
+            r = requests.get("http://deb.debian.org" + self.path, timeout=120)
+            if r.status_code != 200:
+                self.send_error(r.status_code)
+                return
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(r.content)
+        data = local.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def apt_mirror_handler(cache: Path):
+    return type("Apt", (AptPassThrough,), {"cache": cache, "requests": []})

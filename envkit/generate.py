@@ -91,6 +91,8 @@ def read_lock(path: str, m: Matrix) -> tuple[dict[str, str], dict]:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read lock file {path}: {exc.strerror}", "give the envkit.lock.json written by envkit generate") from None
+    except UnicodeDecodeError:
+        raise InputError(f"lock file {path} is not UTF-8 text", "give the envkit.lock.json written by envkit generate") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", "regenerate it with envkit generate") from None
     if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("query"), dict) or "solution" not in doc:
@@ -153,39 +155,51 @@ def generate(flags: dict[str, str], *, matrix_path: Optional[str] = None, lock: 
     return Generated(p, result, files, command)
 
 
+GENERATED_LIST = "envkit/.generated"
+
+
 def write_tree(out: str, files: dict[str, bytes], force: bool) -> None:
-    """Write every file or none: into a sibling temp dir, then swap it in place of `out`."""
-    target = Path(out)
-    if target.exists():
-        if not target.is_dir():
-            raise InputError(f"output {out} exists and is not a directory", "choose another -o DIR")
-        ours = (target / LOCK_NAME).is_file()
-        keep = {"wheelhouse", "sources", "debs", "images", "manifest.json"}
-        foreign = [p.name for p in target.iterdir() if p.name not in keep and not ours]
-        if foreign and not force:
-            raise InputError(f"output {out} holds files envkit did not write ({', '.join(sorted(foreign)[:3])})",
-                             "choose an empty -o DIR, or pass --force to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)
+    """Write the generated files into `out` without ever deleting what envkit did not write.
+
+    Everything is rendered before this runs; files are staged in a temp dir inside `out` and
+    renamed into place one by one (same filesystem), so a failure leaves the previous set or the
+    new one per file, never a truncated file. Files a previous generation wrote and this one does
+    not are removed (listed in envkit/.generated); carried artifacts and user files are never touched.
+    """
     try:
-        for rel, data in files.items():
-            p = tmp / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-            if rel.endswith((".sh", ".py")):
-                p.chmod(0o755)
+        target = Path(out).resolve()
+        if target.exists() and not target.is_dir():
+            raise InputError(f"output {out} exists and is not a directory", "choose another -o DIR")
         if target.exists():
-            for name in ("wheelhouse", "sources", "debs", "images", "manifest.json"):  # carried artifacts survive
-                if (target / name).exists():
-                    os.replace(target / name, tmp / name)
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            ours = (target / LOCK_NAME).is_file()
+            keep = {"wheelhouse", "sources", "debs", "images", "manifest.json"}
+            foreign = sorted(p.name for p in target.iterdir() if p.name not in keep)
+            if foreign and not ours and not force:
+                raise InputError(f"output {out} holds files envkit did not write ({', '.join(foreign[:3])})",
+                                 "choose an empty -o DIR, or pass --force to write beside them")
+        target.mkdir(parents=True, exist_ok=True)
+        target.chmod(0o755)
+        previous = set()
+        listing = target / GENERATED_LIST
+        if listing.is_file():
+            previous = {line for line in listing.read_text().splitlines() if line and ".." not in line}
+        files = {**files, GENERATED_LIST: ("\n".join(sorted(files)) + "\n").encode()}
+        tmp = Path(tempfile.mkdtemp(prefix=".envkit-staging-", dir=target))
+        try:
+            for rel, data in files.items():
+                p = tmp / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+                p.chmod(0o755 if rel.endswith((".sh", ".py")) else 0o644)
+            for rel in files:
+                dest = target / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp / rel, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for rel in sorted(previous - set(files)):
+            stale = target / rel
+            if stale.is_file():
+                stale.unlink()
+    except OSError as exc:
+        raise InputError(f"cannot write to {out}: {exc.strerror or exc}", "choose a writable -o DIR") from None

@@ -126,10 +126,13 @@ class _Fetch:
                           f"add [rewrite] \"{host.scheme}://{host.netloc}\" = \"<your mirror of it>\" to the site file, or build --offline from a bundle")
         return mirrored, "site"
 
-    def index(self) -> str:
+    def index(self, step: str) -> str:
         if self.offline:
             return "none"
-        return "site" if self.site.given and self.site.pip_index else "internet"
+        if self.site.given and not self.site.pip_index:
+            raise _refuse(step, f"installs from a Python package index, which {self.site.path} does not name",
+                          "add [pip] index_url = \"http://<your mirror>/simple\" to the site file")
+        return "site" if self.site.given else "internet"
 
 
 def base_os(m: Matrix, sol: Solution, site: Site) -> tuple[str, str, OsRelease]:
@@ -201,7 +204,7 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     if not distro_python and py is None:
         raise InputError(f"Python {sol.python} is neither {osr.name}'s own ({osr.python}) nor a known CPython tarball",
                          f"pass --python {osr.python}")
-    index_net = fetch.index()
+    index_net = fetch.index("build-venv")
 
     def site_step(stage: str) -> list[Step]:
         if not (site.given or opts.offline):
@@ -227,6 +230,9 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
                                    f"apt-get download in {osr.name} (envkit bundle)"))
             return Step(f"{stage}-apt", "apt packages (carried)", why, "apt-offline",
                         (("stage", stage), ("packages", " \\\n        ".join(pkgs))), "none")
+        if site.given and not site.apt_mirror:
+            raise _refuse(f"{stage}-apt", f"needs {osr.name}'s package archive, which {site.path} does not mirror",
+                          "add [apt] mirror = \"http://<your mirror>/ubuntu\" (or /debian) to the site file")
         return Step(f"{stage}-apt", "apt packages", why, "apt", (("packages", " \\\n        ".join(pkgs)),),
                     "site" if site.apt_mirror else "internet")
 
@@ -237,6 +243,8 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         build_pkgs, why = osr.cpython_build, f"compilers and the libraries CPython {sol.python} builds against"
     elif compiles:
         build_pkgs, why = osr.build_packages + osr.python_packages, f"compilers for the kernels and {osr.name}'s Python {osr.python} with its headers"
+    if sol.flash_attn is not None and sol.flash_attn.build == "source":
+        build_pkgs, why = build_pkgs + ("git",), why + "; git, which flash-attn's setup.py calls for its submodules"
     else:
         build_pkgs, why = osr.python_runtime, f"{osr.name}'s Python {osr.python}; nothing is compiled, so no compiler"
     b.append(apt_step("build", build_pkgs, why))
@@ -294,8 +302,9 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
             reqs.append(f"flash-attn=={fa.version}")
             fetch_from.append((fa.url, None))
             if opts.offline:
+                carried.append(Carried(f"wheelhouse/{fa.wheel}", f"flash-attn {fa.version} wheel (not on PyPI)", fa.url))
                 b.append(Step("build-flash-attn", f"flash-attn {fa.version} wheel", f"prebuilt {fa.wheel} matches torch's ABI",
-                              "pip", (("pip_source", pip_source), ("packages", f"flash-attn=={fa.version}")), "none"))
+                              "pip", (("pip_source", pip_source), ("packages", f"{WHEELHOUSE}/{fa.wheel}")), "none"))
             else:
                 url, net = fetch.url("build-flash-attn", fa.url)
                 b.append(Step("build-flash-attn", f"flash-attn {fa.version} wheel", f"prebuilt {fa.wheel} matches torch's ABI",
@@ -303,8 +312,10 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         else:
             sdist = f"flash_attn-{fa.version}.tar.gz"
             arch = ";".join(fa.arch_list)
+            archs_text = f"for {arch}" if fa.version >= Version("2.7.3") else \
+                "for its hard-coded sm_80/sm_90 (FLASH_ATTN_CUDA_ARCHS arrived in 2.7.3)"
             b.append(Step("build-flash-attn", f"flash-attn {fa.version} from the sdist",
-                          f"no prebuilt wheel for torch {t.pin}: compiled for {arch or 'its default archs'} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)",
+                          f"no prebuilt wheel for torch {t.pin}: compiled {archs_text} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)",
                           "kernels", (("sdist", sdist), ("targets", "flash_attn"), ("arch_list", arch), ("host_march", opts.host_march))))
         modules += ["flash_attn", "flash_attn_2_cuda"]
     if sol.kernels:
@@ -330,13 +341,21 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         reqs.append(spec)
         on_pypi = (sol.vllm_url or "").startswith("https://pypi.org/")
         fetch_from.append((spec if on_pypi else sol.vllm_url or spec, None))
-        if opts.offline or on_pypi:
+        if on_pypi:
             b.append(Step("build-vllm", f"vLLM {v.version}", f"pins torch {v.torch}, which {t.pin} satisfies",
                           "pip", (("pip_source", pip_source), ("packages", spec)), "none" if opts.offline else index_net))
+        elif opts.offline:
+            assert sol.vllm_wheel and sol.vllm_url
+            carried.append(Carried(f"wheelhouse/{sol.vllm_wheel}", f"vLLM {v.version} {t.variant} wheel (not on PyPI)", sol.vllm_url))
+            b.append(Step("build-vllm", f"vLLM {v.version} ({t.variant} wheel)", f"the {t.variant} build from vLLM's release; pins torch {v.torch}",
+                          "pip", (("pip_source", pip_source), ("packages", f"{WHEELHOUSE}/{sol.vllm_wheel}")), "none"))
         else:
             url, net = fetch.url("build-vllm", sol.vllm_url or "")
-            b.append(Step("build-vllm", f"vLLM {v.version} ({t.variant} wheel)", f"the {t.variant} build from vLLM's release; pins torch {v.torch}",
-                          "pip", (("pip_source", ""), ("packages", url)), net, (url,)))
+            # its dependencies built for this CUDA variant (xformers +cu118) live on torch's index, not on PyPI
+            extra = f"--extra-index-url {fetch.url('build-vllm', t.index_url)[0]}" if t.index_url else ""
+            b.append(Step("build-vllm", f"vLLM {v.version} ({t.variant} wheel)",
+                          f"the {t.variant} build from vLLM's release; pins torch {v.torch}; CUDA-variant dependencies (xformers) from torch's {t.variant} index",
+                          "pip", (("pip_source", extra), ("packages", url)), net, (url,) + ((t.index_url,) if t.index_url else ())))
 
     # ------------------------------------------------------------ runtime stage
     r: list[Step] = site_step("runtime")
@@ -350,7 +369,8 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
     r.append(Step("runtime-labels", "labels", "OCI labels and the resolved solution, so the image can tell what it is", "labels", ()))
 
     stages = (Stage("build", devel, devel_up, osr, tuple(b)), Stage("runtime", runtime, runtime_up, osr, tuple(r)))
-    build_args = tuple((f"{k}_proxy", val) for k, val in site.proxy) + tuple((f"{k.upper()}_PROXY", val) for k, val in site.proxy)
+    names = {"http": "http_proxy", "https": "https_proxy", "no_proxy": "no_proxy"}
+    build_args = tuple(pair for k, val in site.proxy for pair in ((names[k], val), (names[k].upper(), val)))
     if sol.platform == "rocm":
         warnings.append("the matrix knows no slim ROCm runtime image: the runtime stage uses the rocm/dev image, hipcc included")
     if sol.platform == "dtk":

@@ -124,7 +124,7 @@ def check_offline(text: str) -> None:
         m = re.match(r"# \[([a-z0-9-]+)\]", instr)
         if m:
             step = m.group(1)
-        if re.match(r"RUN\b", instr) and re.search(r"[a-z][a-z0-9+.-]*://", instr):
+        if not re.match(r"(#|LABEL\b)", instr) and re.search(r"[a-z][a-z0-9+.-]*://", instr):
             url = re.search(r"[a-z][a-z0-9+.-]*://\S+", instr)
             raise InputError(f"step `{step}` reaches {url.group(0) if url else 'a URL'} in offline mode",
                              "carry the artifact in the build context (envkit bundle) instead")

@@ -118,13 +118,28 @@ def _bad(path: str, what: str, fix: str) -> InputError:
 def _url(path: str, where: str, value: Any) -> str:
     if not isinstance(value, str) or not re.match(r"(https?|file)://\S+$", value):
         raise _bad(path, f"{where} must be an http(s):// URL, got {value!r}", f"write {where} = \"http://mirror.host/path\"")
-    if any(c in value for c in "#'\"`$\\;"):
+    if re.search(r"[#'\"`$\\;&|<>()\s]", value):
         raise _bad(path, f"{where} contains a character a URL here may not hold ({value!r})", "percent-encode it or use a plainer mirror path")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        parts.port
+    except ValueError as exc:
+        raise _bad(path, f"{where} is not a valid URL ({exc})", "write it as http://host[:port]/path") from None
     if parts.username or parts.password:
         raise _bad(path, f"{where} carries credentials ({parts.username}@...): they would be written into an image layer",
                    "use a read-only mirror URL without credentials, or log in on the build host (pip keyring/netrc) outside the image")
     return value.rstrip("/")
+
+
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*(:\d+)?")
+
+
+def _image(path: str, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not _IMAGE_REF.fullmatch(value):
+        raise _bad(path, f"{where} must be an image reference like registry:5000/name:tag or name@sha256:..., got {value!r}",
+                   "write the image name on one line, without spaces")
+    return value
 
 
 def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
@@ -173,6 +188,9 @@ def parse(text: str, path: str, read_file=None) -> Site:
     for k, v in proxy:
         if k != "no_proxy":
             _url(path, f"[proxy] {k}", v)
+        elif not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9.,/*:_-]*", v):
+            raise _bad(path, f"[proxy] no_proxy must be a comma-separated string of hosts and networks, got {v!r}",
+                       "write no_proxy = \"10.0.0.0/8,.corp.example\"")
     ca = None
     if "cert" in raw.get("ca", {}):
         cert_path = Path(path).parent / str(raw["ca"]["cert"])
@@ -184,20 +202,27 @@ def parse(text: str, path: str, read_file=None) -> Site:
             raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate", "give the PEM (BEGIN CERTIFICATE) form")
     images = []
     for ref, replacement in raw.get("images", {}).items():
-        if not isinstance(replacement, str) or not replacement or " " in replacement:
-            raise _bad(path, f"[images] {ref!r} must map to an image reference", "write \"upstream:tag\" = \"registry/name:tag\" or name@sha256:...")
-        images.append((ref, replacement))
+        images.append((_image(path, "[images] key", ref), _image(path, f"[images] {ref!r}", replacement)))
     prefix = raw.get("registry", {}).get("prefix")
-    if prefix is not None and (not isinstance(prefix, str) or "://" in prefix or not prefix.strip("/")):
+    if prefix is not None and (not isinstance(prefix, str) or "://" in prefix or not prefix.strip("/") or not _IMAGE_REF.fullmatch(prefix)):
         raise _bad(path, "[registry] prefix must be a registry host[/path] without a scheme", "write prefix = \"registry.corp:5000\"")
     dtk = raw.get("dtk", {})
+    for key in ("devel_image", "runtime_image"):
+        if key in dtk:
+            _image(path, f"[dtk] {key}", dtk[key])
+    if "os" in dtk and (not isinstance(dtk["os"], str) or not re.fullmatch(r"[a-z]+\d+(\.\d+)?", dtk["os"])):
+        raise _bad(path, f"[dtk] os must name an os like \"ubuntu20.04\", got {dtk['os']!r}", "see envkit matrix show os")
+    trusted = str_list("[pip] trusted_hosts", pip.get("trusted_hosts", []))
+    for h in trusted:
+        if not _HOST.fullmatch(h):
+            raise _bad(path, f"[pip] trusted_hosts entry {h!r} is not a host name", "write host or host:port, e.g. \"10.10.1.10\"")
     return Site(
         path=path,
         apt_mirror=mirror,
         apt_security=security,
         remove_vendor_lists=remove,
         pip_index=_url(path, "[pip] index_url", pip["index_url"]) if "index_url" in pip else None,
-        trusted_hosts=str_list("[pip] trusted_hosts", pip.get("trusted_hosts", [])),
+        trusted_hosts=trusted,
         extra_index_urls=tuple(_url(path, "[pip] extra_index_urls", u) for u in str_list("[pip] extra_index_urls", pip.get("extra_index_urls", []))),
         rewrites=tuple(rewrites),
         proxy=proxy,
@@ -215,4 +240,6 @@ def load(path: str) -> Site:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read site file {path}: {exc.strerror}", "give the path of a SITE.toml") from None
+    except UnicodeDecodeError:
+        raise InputError(f"site file {path} is not UTF-8 text", "save it as UTF-8 TOML") from None
     return parse(text, path)

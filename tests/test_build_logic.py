@@ -1,0 +1,67 @@
+"""The build's pure parts: preflight judgement over plain facts, and the diagnosis of failed logs."""
+from __future__ import annotations
+
+import pytest
+
+from envkit.build import GB, Facts, diagnose, judge
+from envkit.bundle import platform_tags, find_in_simple_index
+
+
+def _facts(**kw) -> Facts:
+    base = dict(context="b", bundle_problems=(), engine_error=None, free_disk=100 * GB, engine_memory=64 * GB,
+                need_disk=10 * GB, max_jobs=None, nvcc_threads=1, compiles=False)
+    base.update(kw)
+    return Facts(**base)
+
+
+def test_a_ready_host_passes_every_check():
+    assert all(c.ok for c in judge(_facts()))
+
+
+def test_every_bundle_problem_is_named_and_the_fix_is_to_rebundle():
+    checks = judge(_facts(bundle_problems=("missing: wheelhouse/a.whl", "altered: wheelhouse/b.whl (sha256 differs from the manifest)")))
+    bundle = next(c for c in checks if c.name == "bundle")
+    assert not bundle.ok and "wheelhouse/a.whl" in bundle.detail and "wheelhouse/b.whl" in bundle.detail
+    assert "envkit bundle" in bundle.fix
+
+
+def test_too_little_disk_and_memory_fail_with_numbers():
+    checks = {c.name: c for c in judge(_facts(free_disk=1 * GB, compiles=True, max_jobs=16, engine_memory=32 * GB))}
+    assert not checks["disk"].ok and "1.0 GB free" in checks["disk"].detail
+    assert not checks["memory"].ok and "lower --max-jobs to 6" in checks["memory"].fix
+
+
+def test_no_engine_is_a_failed_check_not_a_crash():
+    c = next(c for c in judge(_facts(engine_error="no container engine answers at unix:///x")) if c.name == "engine")
+    assert not c.ok and "DOCKER_HOST" in c.fix
+
+
+@pytest.mark.parametrize("log,cause", [
+    ("  layer_norm: compiled 12/57\ncc1plus: fatal error: Killed signal terminated program cc1plus\n", "OOM"),
+    ("/bin/sh: 1: nvcc: not found\n", "nvcc is missing"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_70'\n", "rejects an arch"),
+    ("ImportError: /opt/venv/lib/python3.10/site-packages/flash_attn_2_cuda.so: undefined symbol: _ZN3c105ErrorC2E\n", "ABI"),
+    ("ERROR: Could not find a version that satisfies the requirement einops==0.7.0\n", "needed the network"),
+    ("W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving\n", "needed the network"),
+])
+def test_known_build_failures_are_recognised_with_a_fix(log, cause):
+    found = diagnose("Step 7/20 : RUN something\n" + log)
+    assert found is not None and cause in found[0] and found[1]
+    assert found[2] in log
+
+
+def test_an_unknown_failure_is_not_guessed():
+    assert diagnose("Step 3/9 : RUN make\nmake: *** [all] Error 2\n") is None
+
+
+def test_platform_tags_follow_the_target_glibc_not_the_host():
+    tags = platform_tags((2, 31))
+    assert tags[0] == "manylinux_2_31_x86_64" and "manylinux_2_28_x86_64" in tags
+    assert "manylinux_2_35_x86_64" not in tags
+    assert {"manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64"} <= set(tags)
+
+
+def test_sdist_url_and_hash_from_a_pep503_page():
+    html = '<a href="../../packages/ab/flash_attn-2.7.4.post1.tar.gz#sha256=' + "a" * 64 + '">flash_attn-2.7.4.post1.tar.gz</a>'
+    url, sha = find_in_simple_index(html, "https://pypi.org/simple/flash-attn/", "flash_attn-2.7.4.post1.tar.gz")
+    assert url == "https://pypi.org/packages/ab/flash_attn-2.7.4.post1.tar.gz" and sha == "a" * 64

@@ -99,12 +99,13 @@ class BuildResult:
     log: list = field(default_factory=list)
 
 
-def stream_build(engine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None]) -> BuildResult:
+def stream_build(engine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
+                 nocache: bool = False) -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None
     error = None
-    for msg in engine.build(context, network=network, buildargs=buildargs):
+    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache):
         if "stream" in msg:
             for line in msg["stream"].splitlines():
                 if not line.strip():

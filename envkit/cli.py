@@ -161,6 +161,7 @@ def build(
     out: str = typer.Option("envkit-build", "-o", "--out", help="build context directory (mirror mode)"),
     tag: Optional[str] = typer.Option(None, "--tag", "-t", help="image name:tag (default envkit/<platform>:<torch>)"),
     network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = MATRIX,
@@ -217,7 +218,8 @@ def build(
     load_images(engine, context, lambda m: console.print(f"[dim]{m}[/dim]"))
     plan_doc = json.loads((context / "envkit.plan.json").read_text())
     buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
-    result = stream_build(engine, context, "none" if offline else network, buildargs, lambda line: build_line(console, line))
+    result = stream_build(engine, context, "none" if offline else network, buildargs, lambda line: build_line(console, line),
+                          nocache=no_cache)
     engine.tag(result.image_id, ref)
     result.tag, result.size = ref, engine.size(ref)
     if as_json:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The test command: installs everything the tests need into .venv, then runs them.
+# The test command: installs everything the tests need (envkit and its test extras into .venv, a real
+# Docker Engine, a locally made Debian 12 base image), then runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+./scripts/start-docker.sh
+./scripts/make-base-image.sh
 .venv/bin/envkit matrix check
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,113 @@
+"""Real builds on a real Docker Engine (started by ./scripts/test.sh): bundle on the connected
+machine, build with the network off, run the self-test inside the image; a tampered bundle; the
+intranet-mirror mode against loopback apt and pip mirrors. A missing engine fails these tests."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers import apt_mirror_handler, serve, write_simple_index
+from functools import partial
+from http.server import SimpleHTTPRequestHandler
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = "docker.io/library/debian:bookworm-slim"
+STACK = ["--platform", "cpu", "--torch", "2.13.0"]
+
+
+def envkit(*args: str, cwd: Path = ROOT, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def docker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    p = docker("info", "--format", "{{.ServerVersion}}")
+    assert p.returncode == 0, "no Docker Engine answers: run ./scripts/test.sh (it starts one) or ./scripts/start-docker.sh"
+    p = docker("image", "inspect", BASE)
+    assert p.returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
+    return True
+
+
+@pytest.fixture(scope="module")
+def bundle(engine, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "cpu"
+    p = envkit("bundle", *STACK, "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["ok"] and doc["files"] > 10
+    return out
+
+
+def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selftest(bundle):
+    docker("rmi", "envkit-test/cpu:offline")
+    assert docker("rmi", BASE).returncode == 0  # the build must load the base image from the bundle
+    p = envkit("build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:offline", "--no-cache", "--json")
+    assert p.returncode == 0, p.stderr[-4000:]
+    doc = json.loads(p.stdout)
+    assert doc["network"] == "none" and doc["image"] == "envkit-test/cpu:offline"
+    assert [s["name"] for s in doc["stages"]] == ["build", "runtime"]
+    assert "docker load images/" in p.stderr
+    assert "Using cache" not in p.stderr and "envkit: apt reads only the carried repository" in p.stderr
+    assert docker("image", "inspect", BASE).returncode == 0
+    label = json.loads(docker("image", "inspect", "-f", '{{index .Config.Labels "io.envkit.solution"}}', "envkit-test/cpu:offline").stdout)
+    assert label == json.loads((bundle / "envkit" / "solution.json").read_text())
+    s = envkit("selftest", "--image", "envkit-test/cpu:offline", "--quick", "--json")
+    assert s.returncode == 0, s.stderr
+    result = json.loads(s.stdout)
+    assert result["ok"] and result["torch"] == "2.13.0+cpu" and result["decode"]["tokens_per_s"] > 0
+
+
+def test_a_second_bundle_run_downloads_nothing(bundle):
+    p = envkit("bundle", *STACK, "-o", str(bundle), "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["complete_already"] is True and doc["downloaded"] == []
+
+
+def test_a_bundle_with_a_removed_and_an_altered_wheel_is_refused_before_any_step(bundle, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(bundle, bad)
+    wheels = sorted((bad / "wheelhouse").glob("*.whl"))
+    removed, altered = wheels[0], wheels[1]
+    removed.unlink()
+    with altered.open("r+b") as f:
+        f.seek(100)
+        f.write(b"tampered")
+    docker("rmi", "envkit-test/cpu:tampered")
+    p = envkit("build", "--offline", "--bundle", str(bad), "--tag", "envkit-test/cpu:tampered")
+    assert p.returncode == 5, p.stdout + p.stderr
+    text = " ".join((p.stdout + p.stderr).split())
+    assert f"missing: wheelhouse/{removed.name}" in text and f"altered: wheelhouse/{altered.name}" in text
+    assert "Step 1/" not in p.stdout + p.stderr
+    assert docker("image", "inspect", "envkit-test/cpu:tampered").returncode != 0
+
+
+def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tmp_path):
+    index = tmp_path / "index"
+    write_simple_index(bundle / "wheelhouse", index, prefixes=("simple", "torch/cpu"))
+    apt = apt_mirror_handler(tmp_path / "apt-cache")
+    with serve(apt) as apt_srv, serve(partial(SimpleHTTPRequestHandler, directory=str(index))) as pip_srv:
+        site = tmp_path / "SITE.toml"
+        site.write_text(f'[apt]\nmirror = "http://127.0.0.1:{apt_srv.server_port}/debian"\n'
+                        f'[pip]\nindex_url = "http://127.0.0.1:{pip_srv.server_port}/simple"\ntrusted_hosts = ["127.0.0.1"]\n'
+                        f'[rewrite]\n"https://download.pytorch.org/whl" = "http://127.0.0.1:{pip_srv.server_port}/torch"\n')
+        docker("rmi", "envkit-test/cpu:mirror")
+        p = envkit("build", "--mirror", str(site), *STACK, "-o", str(tmp_path / "ctx"), "--network", "host",
+                   "--tag", "envkit-test/cpu:mirror", "--json")
+        assert p.returncode == 0, p.stderr[-4000:]
+        assert json.loads(p.stdout)["network"] == "host"
+    assert any(r.startswith("/debian/dists/bookworm/") for r in apt.requests)
+    assert any(r.startswith("/debian/pool/main/p/python3.11/") for r in apt.requests)
+    assert "envkit: removed vendor apt list" not in p.stderr  # the debian base has none
+    assert f"apt source" in p.stderr and f"127.0.0.1:{apt_srv.server_port}" in p.stderr
+    s = envkit("selftest", "--image", "envkit-test/cpu:mirror", "--quick", "--json")
+    assert s.returncode == 0 and json.loads(s.stdout)["decode"]["tokens_per_s"] > 0

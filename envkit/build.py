@@ -100,12 +100,12 @@ class BuildResult:
 
 
 def stream_build(engine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
-                 nocache: bool = False) -> BuildResult:
+                 nocache: bool = False, dockerfile: str = "Dockerfile") -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None
     error = None
-    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache):
+    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile):
         if "stream" in msg:
             for line in msg["stream"].splitlines():
                 if not line.strip():
@@ -178,10 +178,7 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object]]:
         engine = Engine.connect()
     except ExternalError as exc:
         engine_error = exc.message
-    steps = [st["id"] for s in plan["stages"] for st in s["steps"]]
-    compiles = any(i in ("build-kernels", "build-flash-attn") for i in steps) and "source" in json.dumps(plan)
-    lock = json.loads((context / "envkit.lock.json").read_text()) if (context / "envkit.lock.json").is_file() else {}
-    max_jobs = None
+    comp = plan.get("compile", {})
     mem = None
     if engine is not None:
         try:
@@ -189,7 +186,8 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object]]:
         except Exception:
             mem = None
     facts = Facts(str(context), problems, engine_error, _free_disk(engine) if engine else None, mem,
-                  need_disk=3 * size + 2 * GB, max_jobs=max_jobs, nvcc_threads=1, compiles=compiles and bool(lock))
+                  need_disk=3 * size + 2 * GB, max_jobs=comp.get("max_jobs"), nvcc_threads=comp.get("nvcc_threads") or 1,
+                  compiles=bool(comp.get("kernels")))
     return facts, engine
 
 

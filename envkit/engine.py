@@ -68,9 +68,10 @@ class Engine:
             c.remove(force=True)
         return rc, logs
 
-    def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False) -> Iterator[dict]:
+    def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
+              dockerfile: str = "Dockerfile") -> Iterator[dict]:
         """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages."""
-        return self.client.api.build(path=str(context), dockerfile="Dockerfile", network_mode=network, rm=True, forcerm=True,
+        return self.client.api.build(path=str(context), dockerfile=dockerfile, network_mode=network, rm=True, forcerm=True,
                                      decode=True, buildargs=buildargs, pull=False, nocache=nocache)
 
     def tag(self, image_id: str, ref: str) -> None:

@@ -89,6 +89,8 @@ class BuildPlan:
         return {
             "schema": 1,
             "offline": self.options.offline,
+            "compile": {"kernels": any(st.template == "kernels" for s in self.stages for st in s.steps),
+                        "max_jobs": self.options.max_jobs, "nvcc_threads": self.options.nvcc_threads},
             "site": self.site.path or None,
             "stack": self.stack,
             "python_source": self.python_source,

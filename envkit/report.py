@@ -201,6 +201,8 @@ def build_line(console: Console, line: str) -> None:
 
     from rich.markup import escape
 
+    if len(line) > 200:
+        line = line[:200] + " ..."
     if _re.match(r"Step \d+/\d+", line):
         console.print(f"[bold]{escape(line)}[/bold]")
     elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:

@@ -111,13 +111,14 @@ def stream_build(engine, context: Path, network: str, buildargs: dict[str, str],
                 if not line.strip():
                     continue
                 res.log.append(line)
-                m = re.match(r"Step (\d+)/(\d+) : FROM \S+(?: AS (\S+))?", line, re.I)
+                # Docker: "Step 3/22 : FROM img AS build"; Podman/Buildah: "[1/2] STEP 1/10: FROM img AS build"
+                m = re.match(r"(?:\[\d+/\d+\] )?Step (\d+)/(\d+) ?: FROM \S+(?: AS (\S+))?", line, re.I)
                 if m:
                     now = time.monotonic()
                     if stage_name:
                         res.stages.append((stage_name, now - stage_start))
                     stage_start, stage_name = now, m.group(3) or f"stage{len(res.stages)}"
-                if re.match(r"Step \d+/\d+", line):
+                if re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, re.I):
                     res.steps += 1
                 on_line(line)
         elif "error" in msg:
@@ -200,7 +201,12 @@ def load_images(engine, context: Path, say: Callable[[str], None]) -> None:
             say(f"base image {img['ref']} already on the engine")
             continue
         say(f"docker load {img['file']}")
-        tags = engine.load(context / img["file"])
-        if img["ref"] not in tags and not engine.has_image(img["ref"]):
-            raise ExternalError(f"{img['file']} did not provide {img['ref']} (it holds {', '.join(tags) or 'no tags'})",
-                                "re-run envkit bundle to save the base image again")
+        loaded = engine.load(context / img["file"])
+        if not engine.has_image(img["ref"]):
+            # Podman names unqualified archive tags localhost/...: the archive still holds the image, so name it as planned.
+            if len(loaded) != 1:
+                tags = ", ".join(t for _, ts in loaded for t in ts) or "no tags"
+                raise ExternalError(f"{img['file']} did not provide {img['ref']} (it holds {tags})",
+                                    "re-run envkit bundle to save the base image again")
+            engine.tag(loaded[0][0], img["ref"])
+            say(f"tagged the loaded image {loaded[0][0][:19]} as {img['ref']}")

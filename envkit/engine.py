@@ -54,10 +54,11 @@ class Engine:
                     progress(done)
         os.replace(part, dest)
 
-    def load(self, path: Path) -> list[str]:
+    def load(self, path: Path) -> list[tuple[str, list[str]]]:
+        """(image id, tags) of each image in a `docker save` archive."""
         with path.open("rb") as f:
             images = self.client.images.load(f)
-        return [t for img in images for t in img.tags]
+        return [(img.id, list(img.tags)) for img in images]
 
     def run(self, image: str, command: list[str], volumes: dict[str, dict], network: str = "bridge") -> tuple[int, str]:
         c = self.client.containers.run(image, command, volumes=volumes, network_mode=network, detach=True)

@@ -203,7 +203,7 @@ def build_line(console: Console, line: str) -> None:
 
     if len(line) > 200:
         line = line[:200] + " ..."
-    if _re.match(r"Step \d+/\d+", line):
+    if _re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, _re.I):
         console.print(f"[bold]{escape(line)}[/bold]")
     elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:
         console.print(escape(line), highlight=False)

@@ -8,5 +8,6 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 ./scripts/start-docker.sh
 ./scripts/make-base-image.sh
+./scripts/start-podman.sh
 .venv/bin/envkit matrix check
 exec .venv/bin/python -m pytest -q "$@"

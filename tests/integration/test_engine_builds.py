@@ -111,3 +111,22 @@ def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tm
     assert f"apt source" in p.stderr and f"127.0.0.1:{apt_srv.server_port}" in p.stderr
     s = envkit("selftest", "--image", "envkit-test/cpu:mirror", "--quick", "--json")
     assert s.returncode == 0 and json.loads(s.stdout)["decode"]["tokens_per_s"] > 0
+
+
+def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bundle):
+    import os
+
+    sock = "/tmp/podman.sock"
+    assert Path(sock).exists(), "Podman's API is not up: ./scripts/test.sh starts it (scripts/start-podman.sh)"
+    subprocess.run(["podman", "rmi", "-f", "envkit-test/cpu:podman", BASE], capture_output=True, timeout=300)
+    env = {**os.environ, "DOCKER_HOST": f"unix://{sock}"}
+    p = subprocess.run([sys.executable, "-m", "envkit", "build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:podman",
+                        "--json"], capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    doc = json.loads(p.stdout)
+    assert doc["network"] == "none" and [s["name"] for s in doc["stages"]] == ["build", "runtime"]
+    assert "docker load images/" in p.stderr
+    s = subprocess.run([sys.executable, "-m", "envkit", "selftest", "--image", "envkit-test/cpu:podman", "--quick", "--json"],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["decode"]["tokens_per_s"] > 0

@@ -266,6 +266,48 @@ def selftest(
         raise typer.Exit(EXIT_NO_SOLUTION)
 
 
+@app.command()
+def doctor(
+    deep: bool = typer.Option(False, "--deep", help="also import torch and the compiled modules (in a subprocess, with a timeout)"),
+    image: Optional[str] = typer.Option(None, "--image", help="judge this image's stack on this host's GPUs"),
+    for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
+    facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
+    as_json: bool = typer.Option(False, "--json", help="print one stable JSON document"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
+    from pathlib import Path
+
+    from . import matrix as mx
+    from . import probe
+    from .doctor import doctor as run_doctor, parse_for, probe_image
+    from .errors import InputError
+    from .judge import healthy
+
+    m = mx.load(matrix_path)
+    flags = parse_for(for_) if for_ else None
+    if facts_file:
+        try:
+            record = json.loads(Path(facts_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read facts file {facts_file}: {exc}", "give a JSON file written by envkit doctor --json") from None
+        record = record.get("facts", record)
+    else:
+        record = probe.collect(deep_mode=deep and not image)
+    image_record = probe_image(image, deep) if image else None
+    host, findings = run_doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
+    ok = healthy(findings)
+    if as_json:
+        _print_json({"schema": 1, "ok": ok, "findings": [f.to_dict() for f in findings], "facts": record,
+                     "image_facts": image_record})
+    else:
+        from .report import print_doctor
+
+        print_doctor(host, findings, image)
+    if not ok:
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
 @matrix_app.command("check")
 def matrix_check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),

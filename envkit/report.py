@@ -235,3 +235,26 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         t.add_row("tokens/s", f"{d['tokens_per_s']}", f"{d['model']}, batch 1, {d['new_tokens']} new tokens")
         t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
+
+
+def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in host.gpus) or host.dcu_name or "none"
+    c.print(f"[bold]envkit doctor[/bold]{' for image ' + image if image else ''}: GPUs {gpus}; driver {host.driver or '-'}"
+            f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}; torch {host.torch or '-'}"
+            + (f" (CUDA {host.torch_cuda})" if host.torch_cuda else "")
+            + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else ""))
+    style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    for sev in ("error", "warning", "info"):
+        group = [f for f in findings if f.severity == sev]
+        if not group:
+            continue
+        t = Table(title=f"{sev}s ({len(group)})", title_justify="left", header_style="bold", title_style=style[sev])
+        t.add_column("rule")
+        t.add_column("seen / why", overflow="fold")
+        t.add_column("fix", overflow="fold")
+        for f in group:
+            t.add_row(f.rule, f"{f.seen}\n[dim]{f.why}[/dim]", f"{f.fix}\n[dim]{f.source}[/dim]")
+        c.print(t)
+    if not any(f.severity in ("error", "warning") for f in findings):
+        c.print("[green]healthy[/green]: no errors or warnings")

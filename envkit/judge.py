@@ -32,6 +32,8 @@ class Host:
     driver: Optional[str] = None
     cuda_driver: Optional[str] = None
     nvml_error: Optional[str] = None
+    nvml_library: Optional[str] = None
+    kernel_module: Optional[str] = None
     gpus: tuple[GpuFact, ...] = ()
     nvcc: Optional[str] = None
     cuda_home: Optional[str] = None
@@ -81,6 +83,7 @@ class Host:
             rs = (amd.get("rocm_smi") or {}).get("gpus") or []
             dcu_name = rs[0]["name"] if rs else "Hygon DCU"
         return cls(driver=nv.get("driver") or nv.get("kernel_module"), cuda_driver=nv.get("cuda_driver"), nvml_error=nv.get("nvml_error"),
+                   nvml_library=nv.get("nvml_library"), kernel_module=nv.get("kernel_module"),
                    gpus=tuple(gpus), nvcc=tk.get("nvcc"), cuda_home=tk.get("cuda_home"),
                    cuda_runtimes=tuple(tk.get("cuda_runtimes", ())), ld_library_path=tk.get("ld_library_path", ""),
                    torch=dp.get("torch") or py.get("torch") or pk.get("torch"), torch_cuda=dp.get("torch_cuda", py.get("torch_cuda")),
@@ -128,7 +131,9 @@ def _cc(g: GpuFact) -> Optional[CC]:
 def _driver_checks(m: Matrix, h: Host) -> list[Finding]:
     out = []
     if h.nvml_error and "mismatch" in h.nvml_error.lower():
-        out.append(Finding("error", "driver.library-mismatch", f"NVML: {h.nvml_error}",
+        versions = "; ".join(x for x in (f"NVML library {h.nvml_library}" if h.nvml_library else "",
+                                         f"kernel module {h.kernel_module}" if h.kernel_module else "") if x)
+        out.append(Finding("error", "driver.library-mismatch", f"NVML: {h.nvml_error}" + (f" ({versions})" if versions else ""),
                            "the loaded nvidia kernel module and the user-space driver libraries are different versions (usually a driver upgrade without a reboot): no CUDA program can start",
                            "reboot, or unload and reload the nvidia kernel modules (rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; modprobe nvidia)",
                            "https://github.com/pytorch/pytorch/issues/45109"))

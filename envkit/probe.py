@@ -82,6 +82,12 @@ def parse_rocm_json(text: str) -> dict:
     return {k: v for k, v in (("gpus", gpus), ("driver", driver)) if v}
 
 
+def parse_hy_smi(text: str) -> dict:
+    """Hygon hy-smi's table: one row per DCU, starting with its index."""
+    rows = re.findall(r"^\s*(\d+)\s+[\d.]+C\s", text, re.M)
+    return {"dcu_count": len(rows)} if rows else {}
+
+
 def parse_torch_version_py(text: str) -> dict:
     out = {}
     for key, name in (("__version__", "torch"), ("cuda", "torch_cuda"), ("hip", "torch_hip")):
@@ -205,7 +211,7 @@ def amd_and_hygon() -> dict:
     if hygon:
         out["hygon_pci"] = hygon
         if shutil.which("hy-smi"):
-            out["hy_smi"] = _run(["hy-smi"])[1][-4000:]
+            out.update(parse_hy_smi(_run(["hy-smi"])[1]))
     return out
 
 

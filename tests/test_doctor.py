@@ -104,6 +104,23 @@ def test_the_version_mismatch_output_is_recognised():
     assert findings[0].rule == "driver.library-mismatch" and findings[0].severity == "error"
 
 
+def test_the_mismatch_finding_names_both_versions_from_the_same_host():
+    smi = probe.parse_nvidia_smi(_fixture("nvidia_smi_version_mismatch.txt"))
+    kmod = probe.parse_proc_version(_fixture("proc_driver_nvidia_version.txt"))["driver"]
+    h = Host.from_probe({"nvidia": {**smi, "kernel_module": kmod}})
+    f = judge(M, h)[0]
+    assert f.rule == "driver.library-mismatch" and "NVML library 580.178" in f.seen and "kernel module 580.173.02" in f.seen
+
+
+def test_rocm_smi_json_names_the_card_and_its_gfx():
+    parsed = probe.parse_rocm_json(_fixture("rocm_smi_json.txt"))
+    assert parsed["gpus"] == [{"name": "AMD INSTINCT MI200 (MCM) OAM LC MBA HPE C2", "arch": "gfx9010"}]
+
+
+def test_hy_smi_counts_the_dcus():
+    assert probe.parse_hy_smi(_fixture("hy_smi.txt")) == {"dcu_count": 4}
+
+
 def test_proc_driver_version_parses():
     assert probe.parse_proc_version(_fixture("proc_driver_nvidia_version.txt"))["driver"].count(".") >= 1
 

@@ -66,6 +66,17 @@ def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selft
     assert result["ok"] and result["torch"] == "2.13.0+cpu" and result["decode"]["tokens_per_s"] > 0
 
 
+def test_doctor_judges_the_built_images_stack_on_this_host(bundle):
+    p = envkit("doctor", "--image", "envkit-test/cpu:offline", "--deep", "--json")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    inner = doc["image_facts"]
+    assert inner["python"]["python"].startswith("3.11") and inner["python"]["torch"] == "2.13.0+cpu"
+    assert inner["deep"]["torch"] == "2.13.0+cpu" and inner["deep"]["cuda_available"] is False
+    assert inner["python"]["executable"].startswith("/opt/venv/")
+    assert doc["ok"] is True
+
+
 def test_a_second_bundle_run_downloads_nothing(bundle):
     p = envkit("bundle", *STACK, "-o", str(bundle), "--json")
     assert p.returncode == 0, p.stderr[-2000:]

@@ -158,6 +158,10 @@ def build(
     bundle_dir: Optional[str] = typer.Option(None, "--bundle", help="the bundle directory (with --offline)"),
     lock: Optional[str] = typer.Option(None, "--lock", help="build an envkit.lock.json (mirror mode)"),
     mirror: Optional[str] = typer.Option(None, "--mirror", help="build against the site's mirrors (SITE.toml)"),
+    project: Optional[str] = typer.Option(None, "--project", help="project file with named targets (envkit.toml)"),
+    target: Optional[str] = typer.Option(None, "--target", help="build this target of --project"),
+    all_targets: bool = typer.Option(False, "--all", help="build every target of --project"),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="targets built at once (with --all)"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="build context directory (mirror mode)"),
     tag: Optional[str] = typer.Option(None, "--tag", "-t", help="image name:tag (default envkit/<platform>:<torch>)"),
     network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
@@ -166,17 +170,53 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
-    """Build an image: offline from a bundle (network none), or against the site's mirrors."""
+    """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     from pathlib import Path
 
-    from .build import collect, judge, load_images, stream_build
-    from .errors import InputError, PreflightError
-    from .report import build_console, build_line, print_build, print_preflight
+    from .errors import InputError
 
     flags = _flags(gpu=gpu, driver=driver, platform=platform, cuda=cuda, rocm=rocm, dtk=dtk, python=python, torch=torch,
                    flash_attn=flash_attn, vllm=vllm, kernels=kernels)
     if network not in ("bridge", "host"):
         raise InputError(f"--network {network!r} is not bridge or host", "use --network bridge (default) or host")
+    if project or target or all_targets:
+        if not project:
+            raise InputError("--target and --all build targets of a project file: --project is missing", "pass --project envkit.toml")
+        if any(flags.values()) or lock or mirror or offline or bundle_dir:
+            raise InputError("--project targets carry their own flags; resolve flags, --lock, --mirror, --offline and --bundle do not apply",
+                             "put them in the target in the project file")
+        from . import project as pj
+
+        proj = pj.load(project)
+        if all_targets == bool(target):
+            raise InputError("give exactly one of --target NAME and --all", f"targets: {', '.join(t.name for t in proj.targets)}")
+        if all_targets:
+            from .pipeline import build_all
+
+            results = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, console_json=as_json)
+            if as_json:
+                _print_json({"schema": 1, "ok": all(r["ok"] for r in results), "targets": results})
+            if not all(r["ok"] for r in results):
+                raise typer.Exit(4)
+            return
+        t = proj.target(target or "")
+        if t.offline:
+            from .bundle import make_bundle
+            from .report import bundle_progress
+
+            say, progress = bundle_progress()
+            bdir = f"envkit-bundles/{t.name}"
+            g, report = make_bundle(t.flag_dict(), out=bdir, matrix_path=matrix_path, say=say, progress_factory=progress)
+            if report is None:
+                from .report import print_result
+
+                print_result(g.result)
+                raise typer.Exit(EXIT_NO_SOLUTION)
+            context = Path(bdir)
+        else:
+            context = _generate_for_build(t.flag_dict(), None, t.mirror, f"envkit-build/{t.name}", matrix_path)
+        _build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run, as_json=as_json)
+        return
     if offline:
         if not bundle_dir:
             raise InputError("--offline builds a bundle: --bundle DIR is missing", "pass --bundle DIR (made by envkit bundle)")
@@ -191,17 +231,31 @@ def build(
             raise InputError("--bundle is for offline builds", "add --offline, or drop --bundle to build against --mirror")
         if not mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
-        from .generate import generate as gen, write_tree
-        from .plan import Options
+        context = _generate_for_build(flags, lock, mirror, out, matrix_path)
+    _build_context(context, offline=offline, tag=tag, network=network, no_cache=no_cache, dry_run=dry_run, as_json=as_json)
 
-        g = gen(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options())
-        if g.plan is None:
-            from .report import print_result
 
-            print_result(g.result)
-            raise typer.Exit(EXIT_NO_SOLUTION)
-        write_tree(out, g.files, force=False)
-        context = Path(out)
+def _generate_for_build(flags: dict, lock: Optional[str], mirror: Optional[str], out: str, matrix_path: Optional[str]):
+    from pathlib import Path
+
+    from .generate import generate as gen, write_tree
+    from .plan import Options
+
+    g = gen(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options())
+    if g.plan is None:
+        from .report import print_result
+
+        print_result(g.result)
+        raise typer.Exit(EXIT_NO_SOLUTION)
+    write_tree(out, g.files, force=False)
+    return Path(out)
+
+
+def _build_context(context, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool, as_json: bool) -> None:
+    from .build import collect, judge, load_images, stream_build
+    from .errors import PreflightError
+    from .report import build_console, build_line, print_build, print_preflight
+
     console = build_console(stderr=as_json)
     facts, engine = collect(context, offline=offline)
     checks = judge(facts)
@@ -235,6 +289,7 @@ def selftest(
     image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none) instead of here"),
     quick: bool = typer.Option(False, "--quick", help="fewer tokens"),
     as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
 ) -> None:
     """Check torch and the GPU, and decode with a tiny random model: tokens/s, TTFT, TPOT."""
     if image:
@@ -256,6 +311,10 @@ def selftest(
         from .selftest import run as run_selftest
 
         doc = run_selftest(quick)
+    if junit:
+        from .junit import selftest_cases, write
+
+        write(junit, f"envkit selftest{' ' + image if image else ''}", selftest_cases(doc))
     if as_json:
         _print_json(doc)
     else:
@@ -273,6 +332,7 @@ def doctor(
     for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
     facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
     as_json: bool = typer.Option(False, "--json", help="print one stable JSON document"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="also write the findings as JUnit XML"),
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
@@ -297,6 +357,10 @@ def doctor(
     image_record = probe_image(image, deep) if image else None
     host, findings = run_doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
     ok = healthy(findings)
+    if junit:
+        from .junit import doctor_cases, write
+
+        write(junit, f"envkit doctor{' --image ' + image if image else ''}", doctor_cases(findings))
     if as_json:
         _print_json({"schema": 1, "ok": ok, "findings": [f.to_dict() for f in findings], "facts": record,
                      "image_facts": image_record})
@@ -306,6 +370,84 @@ def doctor(
         print_doctor(host, findings, image)
     if not ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+@app.command()
+def inspect(
+    image: str = typer.Argument(..., help="an image envkit built (it carries the io.envkit.solution label)"),
+    as_json: bool = typer.Option(False, "--json", help="print one stable JSON document"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="also write doctor's findings as JUnit XML"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """What an image holds (its solution label), and doctor's checks for it on this host."""
+    from dataclasses import replace as dc_replace
+
+    from . import matrix as mx
+    from . import probe
+    from .engine import Engine
+    from .errors import InputError
+    from .judge import Host, healthy, judge as judge_host
+
+    engine = Engine.connect()
+    if not engine.has_image(image):
+        raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
+    labels = engine.client.images.get(image).labels or {}
+    if "io.envkit.solution" not in labels:
+        raise InputError(f"image {image} has no io.envkit.solution label: envkit did not build it", "inspect an image envkit built")
+    try:
+        sol = json.loads(labels["io.envkit.solution"])
+    except ValueError:
+        raise InputError(f"image {image}: its io.envkit.solution label is not JSON", "rebuild it with envkit build") from None
+    m = mx.load(matrix_path)
+    host = Host.from_probe(probe.collect())
+    t = sol.get("torch") or {}
+    host = dc_replace(host, torch=t.get("pin"), torch_cuda=(sol.get("toolkit") or {}).get("version") if sol.get("platform") == "cuda" else None,
+                      torch_cxx11abi=t.get("cxx11abi"), flash_attn=(sol.get("flash_attn") or {}).get("version"),
+                      flash_attn_wheel=(sol.get("flash_attn") or {}).get("wheel"), vllm=(sol.get("vllm") or {}).get("version"),
+                      import_errors=(), torch_archs=None, cuda_available=None)
+    findings = judge_host(m, host)
+    ok = healthy(findings)
+    if junit:
+        from .junit import doctor_cases, write
+
+        write(junit, f"envkit inspect {image}", doctor_cases(findings))
+    if as_json:
+        _print_json({"schema": 1, "ok": ok, "image": image, "labels": {k: v for k, v in labels.items() if k != "io.envkit.solution"},
+                     "solution": sol, "findings": [f.to_dict() for f in findings]})
+    else:
+        from .report import print_doctor, print_inspect
+
+        print_inspect(image, labels, sol)
+        print_doctor(host, findings, image)
+    if not ok:
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+@matrix_app.command("export")
+def matrix_export(
+    fmt: str = typer.Option(..., "--format", help="github, gitlab, bake or json"),
+    project: str = typer.Option("envkit.toml", "--project", help="the project file with the targets"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="write here instead of stdout"),
+    contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
+) -> None:
+    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON."""
+    from pathlib import Path
+
+    from . import project as pj
+    from .errors import InputError
+    from .export import FORMATS, export
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}", "pick one of them")
+    text = export(pj.load(project), fmt, contexts)
+    if out:
+        try:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(text)
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}", "choose a writable -o path") from None
+    else:
+        sys.stdout.write(text)
 
 
 @matrix_app.command("check")

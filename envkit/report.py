@@ -258,3 +258,26 @@ def print_doctor(host, findings, image: Optional[str], console: Optional[Console
         c.print(t)
     if not any(f.severity in ("error", "warning") for f in findings):
         c.print("[green]healthy[/green]: no errors or warnings")
+
+
+def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=f"envkit inspect {image}", title_justify="left", header_style="bold")
+    t.add_column("component")
+    t.add_column("in the image", overflow="fold")
+    t.add_row("stack", labels.get("org.opencontainers.image.description", ""))
+    t.add_row("platform", sol.get("platform", ""))
+    if sol.get("gpu"):
+        t.add_row("target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
+    if sol.get("toolkit"):
+        t.add_row("toolkit", f"{sol['toolkit']['kind']} {sol['toolkit']['version']}")
+    t.add_row("python", sol.get("python", ""))
+    t.add_row("torch", f"{sol['torch']['pin']} (cxx11abi={sol['torch']['cxx11abi']})")
+    if sol.get("flash_attn"):
+        t.add_row("flash-attn", f"{sol['flash_attn']['version']} ({sol['flash_attn']['build']})")
+    for k in sol.get("kernels", []):
+        t.add_row(f"kernel {k['name']}", f"{k['module']} for {';'.join(k['arch_list'])}")
+    if sol.get("vllm"):
+        t.add_row("vllm", sol["vllm"]["version"])
+    t.add_row("lock sha256", labels.get("io.envkit.lock.sha256", ""))
+    c.print(t)

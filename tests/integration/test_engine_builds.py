@@ -141,3 +141,32 @@ def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bund
                        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert s.returncode == 0, s.stderr
     assert json.loads(s.stdout)["decode"]["tokens_per_s"] > 0
+
+
+def test_build_all_builds_two_cpu_targets_and_inspect_shows_each_solution(bundle, tmp_path):
+    index = tmp_path / "index"
+    write_simple_index(bundle / "wheelhouse", index, prefixes=("simple", "torch/cpu"))
+    apt = apt_mirror_handler(tmp_path / "apt-cache")
+    with serve(apt) as apt_srv, serve(partial(SimpleHTTPRequestHandler, directory=str(index))) as pip_srv:
+        (tmp_path / "SITE.toml").write_text(
+            f'[apt]\nmirror = "http://127.0.0.1:{apt_srv.server_port}/debian"\n'
+            f'[pip]\nindex_url = "http://127.0.0.1:{pip_srv.server_port}/simple"\ntrusted_hosts = ["127.0.0.1"]\n'
+            f'[rewrite]\n"https://download.pytorch.org/whl" = "http://127.0.0.1:{pip_srv.server_port}/torch"\n')
+        (tmp_path / "envkit.toml").write_text(
+            '[defaults]\nregistry = "envkit-test"\n\n'
+            '[[target]]\nname = "cpu-offline"\nplatform = "cpu"\ntorch = "2.13.0"\noffline = true\ntag = "all"\n\n'
+            '[[target]]\nname = "cpu-mirror"\nplatform = "cpu"\ntorch = "2.13.0"\nmirror = "SITE.toml"\ntag = "all"\n')
+        for ref in ("envkit-test/envkit-cpu-offline:all", "envkit-test/envkit-cpu-mirror:all"):
+            docker("rmi", ref)
+        p = envkit("build", "--project", "envkit.toml", "--all", "--jobs", "2", "--network", "host", "--json", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert doc["ok"] and [t["name"] for t in doc["targets"]] == ["cpu-offline", "cpu-mirror"]
+    assert "2/2 targets built" in p.stderr
+    for t in doc["targets"]:
+        assert t["ok"] and (tmp_path / t["log"]).is_file()
+        i = envkit("inspect", t["image"], "--json", "--junit", str(tmp_path / f"{t['name']}.xml"))
+        assert i.returncode == 0, i.stderr
+        info = json.loads(i.stdout)
+        assert info["solution"]["torch"]["pin"] == "2.13.0+cpu" and info["solution"]["platform"] == "cpu"
+        assert (tmp_path / f"{t['name']}.xml").read_text().startswith("<?xml")

@@ -347,10 +347,14 @@ def doctor(
     m = mx.load(matrix_path)
     flags = parse_for(for_) if for_ else None
     if facts_file:
+        from .userfile import read_text
+
         try:
-            record = json.loads(Path(facts_file).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"cannot read facts file {facts_file}: {exc}", "give a JSON file written by envkit doctor --json") from None
+            record = json.loads(read_text(facts_file, "facts file", "give a JSON file written by envkit doctor --json"))
+        except ValueError as exc:
+            raise InputError(f"cannot read facts file {facts_file}: not JSON ({exc})", "give a JSON file written by envkit doctor --json") from None
+        if not isinstance(record, dict):
+            raise InputError(f"cannot read facts file {facts_file}: not a JSON object", "give a JSON file written by envkit doctor --json")
         record = record.get("facts", record)
     else:
         record = probe.collect(deep_mode=deep and not image)

@@ -22,6 +22,7 @@ from .render import Templates, render
 from .resolve import Result, parse_query, resolve
 from .site import Site
 from .site import load as load_site
+from .userfile import read_text
 
 LOCK_NAME = "envkit.lock.json"
 FLAG_ORDER = ("gpu", "driver", "platform", "cuda", "rocm", "dtk", "python", "torch", "flash_attn", "vllm", "kernels")
@@ -87,12 +88,9 @@ def solve(m: Matrix, flags: dict[str, str], site: Site) -> tuple[Result, dict[st
 
 
 def read_lock(path: str, m: Matrix) -> tuple[dict[str, str], dict]:
+    text = read_text(path, "lock file", "give the envkit.lock.json written by envkit generate")
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read lock file {path}: {exc.strerror}", "give the envkit.lock.json written by envkit generate") from None
-    except UnicodeDecodeError:
-        raise InputError(f"lock file {path} is not UTF-8 text", "give the envkit.lock.json written by envkit generate") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", "regenerate it with envkit generate") from None
     if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("query"), dict) or "solution" not in doc:

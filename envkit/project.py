@@ -32,6 +32,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import InputError
+from .userfile import read_text
 
 RESOLVE_KEYS = ("gpu", "driver", "platform", "cuda", "rocm", "dtk", "python", "torch", "flash_attn", "vllm", "kernels")
 TARGET_KEYS = set(RESOLVE_KEYS) | {"name", "offline", "mirror", "tag"}
@@ -118,10 +119,4 @@ def parse(text: str, path: str) -> Project:
 
 
 def load(path: str) -> Project:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read project file {path}: {exc.strerror}", "give the path of an envkit.toml") from None
-    except UnicodeDecodeError:
-        raise InputError(f"project file {path} is not UTF-8 text", "save it as UTF-8 TOML") from None
-    return parse(text, path)
+    return parse(read_text(path, "project file", "give the path of an envkit.toml"), path)

@@ -49,6 +49,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import InputError
+from .userfile import read_text
 
 _TABLES = {
     "apt": {"mirror", "security", "remove_vendor_lists"},
@@ -236,10 +237,4 @@ def parse(text: str, path: str, read_file=None) -> Site:
 
 
 def load(path: str) -> Site:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read site file {path}: {exc.strerror}", "give the path of a SITE.toml") from None
-    except UnicodeDecodeError:
-        raise InputError(f"site file {path} is not UTF-8 text", "save it as UTF-8 TOML") from None
-    return parse(text, path)
+    return parse(read_text(path, "site file", "give the path of a SITE.toml"), path)

@@ -1,0 +1,15 @@
+"""Reading a file the user named: one line naming the file and the fix, never a traceback."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import InputError
+
+
+def read_text(path: str, what: str, fix: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", fix) from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path} is not UTF-8 text", "save it as UTF-8") from None

@@ -245,10 +245,10 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         build_pkgs, why = osr.cpython_build, f"compilers and the libraries CPython {sol.python} builds against"
     elif compiles:
         build_pkgs, why = osr.build_packages + osr.python_packages, f"compilers for the kernels and {osr.name}'s Python {osr.python} with its headers"
-    if sol.flash_attn is not None and sol.flash_attn.build == "source":
-        build_pkgs, why = build_pkgs + ("git",), why + "; git, which flash-attn's setup.py calls for its submodules"
     else:
         build_pkgs, why = osr.python_runtime, f"{osr.name}'s Python {osr.python}; nothing is compiled, so no compiler"
+    if sol.flash_attn is not None and sol.flash_attn.build == "source":
+        build_pkgs, why = build_pkgs + ("git",), why + "; git, which flash-attn's setup.py calls for its submodules"
     b.append(apt_step("build", build_pkgs, why))
     if distro_python:
         python_bin = f"/usr/bin/python{osr.python}"

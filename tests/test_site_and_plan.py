@@ -168,3 +168,18 @@ def test_distro_python_when_it_fits_else_the_carried_tarball():
 def test_bad_host_march_is_refused():
     with pytest.raises(InputError, match="-march"):
         plan(M, _solution(gpu="H200", cuda="13.0"), Site(), Options(host_march="x86 64; rm -rf /"))
+
+
+@pytest.mark.parametrize("flags", [
+    dict(gpu="H100", cuda="12.4", python="3.10", torch="2.4", flash_attn="2.6.3", kernels="rotary"),  # prebuilt wheel + kernels
+    dict(gpu="Z100L", dtk="24.04"),  # CPython from the tarball
+    SEED,
+])
+def test_every_plan_that_compiles_gets_a_compiler_and_python_headers(flags):
+    site = _site('[apt]\nmirror = "http://10.1.1.1/ubuntu"\n[pip]\nindex_url = "http://10.1.1.1/simple"\n'
+                 '[rewrite]\n"https://download.pytorch.org/whl" = "http://10.1.1.1/t"\n"https://github.com" = "http://10.1.1.1/g"\n'
+                 '[dtk]\ndevel_image = "reg/dtk:24.04"\nos = "ubuntu20.04"\n')
+    p = plan(M, _solution(**flags), site, Options())
+    apt = next(st for s in p.stages for st in s.steps if st.id == "build-apt").var("packages").split()
+    assert "build-essential" in apt
+    assert any(x.endswith("-dev") for x in apt)

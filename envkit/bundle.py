@@ -205,6 +205,7 @@ def fetch_debs(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Sa
         say(f"apt: resolving {' '.join(packages)} inside {stage.image} (only what the image lacks is carried)")
         script = ("set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --download-only "
                   "--no-install-recommends " + " ".join(packages) + "; cp /var/cache/apt/archives/*.deb /out/ 2>/dev/null || true; "
+                  "for f in /out/*.deb; do [ -e \"$f\" ] && dpkg-deb -f \"$f\" > \"$f.control\"; done; "
                   f"chown -R {_uid()} /out")
         rc, logs = engine.run(stage.image, ["sh", "-c", script], {str(d.resolve()): {"bind": "/out", "mode": "rw"}})
         if rc != 0:

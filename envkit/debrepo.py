@@ -41,11 +41,14 @@ def control_fields(deb: bytes) -> str:
 
 
 def packages_index(directory: Path) -> str:
+    """Ubuntu >= 21.10 compresses control.tar with zstd, which the standard library cannot read: for those
+    the bundle step writes NAME.deb.control with `dpkg-deb -f` inside the base image, and it is used here."""
     paragraphs = []
     for deb in sorted(directory.glob("*.deb")):
         data = deb.read_bytes()
+        sidecar = deb.with_name(deb.name + ".control")
         try:
-            fields = control_fields(data)
+            fields = sidecar.read_text().strip() if sidecar.is_file() else control_fields(data)
         except ValueError as exc:
             raise ExternalError(f"{deb.name} is not a readable .deb ({exc})", "delete it and run envkit bundle again") from None
         paragraphs.append(f"{fields}\nFilename: ./{deb.name}\nSize: {len(data)}\n"
@@ -56,4 +59,6 @@ def packages_index(directory: Path) -> str:
 def write_index(directory: Path) -> int:
     text = packages_index(directory)
     (directory / "Packages").write_text(text)
+    for sidecar in directory.glob("*.deb.control"):
+        sidecar.unlink()
     return text.count("\nFilename: ")

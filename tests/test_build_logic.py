@@ -65,3 +65,33 @@ def test_sdist_url_and_hash_from_a_pep503_page():
     html = '<a href="../../packages/ab/flash_attn-2.7.4.post1.tar.gz#sha256=' + "a" * 64 + '">flash_attn-2.7.4.post1.tar.gz</a>'
     url, sha = find_in_simple_index(html, "https://pypi.org/simple/flash-attn/", "flash_attn-2.7.4.post1.tar.gz")
     assert url == "https://pypi.org/packages/ab/flash_attn-2.7.4.post1.tar.gz" and sha == "a" * 64
+
+
+def _deb(control: str, member: str = "control.tar.gz") -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = control.encode()
+        info = tarfile.TarInfo("./control")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    payload = buf.getvalue()
+    out = b"!<arch>\n"
+    for name, body in (("debian-binary", b"2.0\n"), (member, payload)):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(body):<10}`\n".encode() + body + (b"\n" if len(body) % 2 else b"")
+    return out
+
+
+def test_packages_index_reads_gz_control_and_uses_a_dpkg_sidecar_for_zstd(tmp_path):
+    from envkit.debrepo import write_index
+
+    (tmp_path / "a_1_amd64.deb").write_bytes(_deb("Package: a\nVersion: 1\nArchitecture: amd64"))
+    (tmp_path / "b_2_amd64.deb").write_bytes(_deb("unreadable", member="control.tar.zst"))
+    (tmp_path / "b_2_amd64.deb.control").write_text("Package: b\nVersion: 2\nArchitecture: amd64\n")
+    assert write_index(tmp_path) == 2
+    text = (tmp_path / "Packages").read_text()
+    assert "Package: a\nVersion: 1" in text and "Package: b\nVersion: 2" in text
+    assert "Filename: ./b_2_amd64.deb" in text and "SHA256: " in text
+    assert not list(tmp_path.glob("*.control"))

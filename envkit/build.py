@@ -165,7 +165,11 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object]]:
     if not (context / "Dockerfile").is_file() or not (context / "envkit.plan.json").is_file():
         raise InputError(f"{context} is not an envkit build context (no Dockerfile / envkit.plan.json)",
                          "pass the directory written by envkit bundle (--bundle) or envkit generate (-o)")
-    plan = json.loads((context / "envkit.plan.json").read_text())
+    try:
+        plan = json.loads((context / "envkit.plan.json").read_text())
+        plan["stages"], plan["context"]
+    except (ValueError, TypeError, KeyError):
+        raise InputError(f"{context}/envkit.plan.json is not an envkit plan", "regenerate the context (envkit generate or envkit bundle)") from None
     if offline:
         if not plan.get("offline"):
             raise InputError(f"{context} was generated for network builds, not offline", "make it with envkit bundle")
@@ -197,12 +201,14 @@ def load_images(engine, context: Path, say: Callable[[str], None]) -> None:
     if not mf.is_file():
         return
     for img in json.loads(mf.read_text()).get("images", []):
-        if engine.has_image(img["ref"]):
-            say(f"base image {img['ref']} already on the engine")
+        if engine.has_image(img["ref"]) and engine.image_id(img["ref"]) == img.get("id"):
+            say(f"base image {img['ref']} already on the engine (same id as the bundle's)")
             continue
+        if engine.has_image(img["ref"]):
+            say(f"{img['ref']} on this engine is not the bundle's image: loading the bundle's")
         say(f"docker load {img['file']}")
         loaded = engine.load(context / img["file"])
-        if not engine.has_image(img["ref"]):
+        if not engine.has_image(img["ref"]) or engine.image_id(img["ref"]) != img.get("id"):
             # Podman names unqualified archive tags localhost/...: the archive still holds the image, so name it as planned.
             if len(loaded) != 1:
                 tags = ", ".join(t for _, ts in loaded for t in ts) or "no tags"

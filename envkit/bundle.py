@@ -110,21 +110,37 @@ def verify(root: Path) -> list[str]:
         return [f"{MANIFEST} is missing: this is not a complete bundle (run envkit bundle)"]
     try:
         doc = json.loads(mf.read_text())
-        files = doc["files"]
-    except (ValueError, KeyError, TypeError):
+        files = {str(k): (int(v["size"]), str(v["sha256"])) for k, v in doc["files"].items()}
+        images = [(str(i["ref"]), str(i["file"])) for i in doc.get("images", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return [f"{MANIFEST} is not a readable envkit manifest"]
     problems = []
-    for rel, want in sorted(files.items()):
+    for rel, (size, sha) in sorted(files.items()):
         p = root / rel
         if not p.is_file():
             problems.append(f"missing: {rel}")
-        elif p.stat().st_size != want["size"] or sha256_file(p) != want["sha256"]:
+        elif p.stat().st_size != size or sha256_file(p) != sha:
             problems.append(f"altered: {rel} (sha256 differs from the manifest)")
-    for d in CARRIED_DIRS:
-        for p in sorted((root / d).rglob("*")) if (root / d).is_dir() else []:
-            rel = p.relative_to(root).as_posix()
-            if p.is_file() and rel not in files and not rel.endswith(".part"):
-                problems.append(f"unexpected: {rel} (not in the manifest)")
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and rel != MANIFEST and rel not in files and not rel.endswith(".part"):
+            problems.append(f"unexpected: {rel} (not in the manifest)")
+    for ref, file in images:
+        if file not in files:
+            problems.append(f"missing: {file} (the base image {ref})")
+    try:
+        plan = json.loads((root / "envkit.plan.json").read_text())
+        needed = [c["path"] for c in plan.get("context", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return problems + ["envkit.plan.json is missing or not an envkit plan"]
+    for path in needed:
+        if path.endswith("/"):
+            if not any(f.startswith(path) for f in files):
+                problems.append(f"missing: {path} (the plan needs it; the manifest lists nothing under it)")
+        elif path not in files:
+            problems.append(f"missing: {path} (the plan needs it)")
+    if plan.get("offline") and not images:
+        problems.append("missing: images/ (the manifest lists no base image)")
     return problems
 
 

@@ -179,6 +179,10 @@ def build(
                    flash_attn=flash_attn, vllm=vllm, kernels=kernels)
     if network not in ("bridge", "host"):
         raise InputError(f"--network {network!r} is not bridge or host", "use --network bridge (default) or host")
+    import re as _re
+
+    if tag is not None and not _re.fullmatch(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?", tag):
+        raise InputError(f"--tag {tag!r} is not an image reference", "write name:tag in lower case, e.g. envkit/cpu:demo")
     if project or target or all_targets:
         if not project:
             raise InputError("--target and --all build targets of a project file: --project is missing", "pass --project envkit.toml")
@@ -193,7 +197,8 @@ def build(
         if all_targets:
             from .pipeline import build_all
 
-            results = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, console_json=as_json)
+            results = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, console_json=as_json,
+                                dry_run=dry_run, matrix_path=matrix_path)
             if as_json:
                 _print_json({"schema": 1, "ok": all(r["ok"] for r in results), "targets": results})
             if not all(r["ok"] for r in results):
@@ -359,7 +364,13 @@ def doctor(
     else:
         record = probe.collect(deep_mode=deep and not image)
     image_record = probe_image(image, deep) if image else None
-    host, findings = run_doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
+    try:
+        host, findings = run_doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        if not facts_file:
+            raise
+        raise InputError(f"facts file {facts_file} holds a value of an unexpected type ({type(exc).__name__}: {exc})",
+                         "give a JSON file written by envkit doctor --json, unedited") from None
     ok = healthy(findings)
     if junit:
         from .junit import doctor_cases, write
@@ -408,7 +419,8 @@ def inspect(
     host = dc_replace(host, torch=t.get("pin"), torch_cuda=(sol.get("toolkit") or {}).get("version") if sol.get("platform") == "cuda" else None,
                       torch_cxx11abi=t.get("cxx11abi"), flash_attn=(sol.get("flash_attn") or {}).get("version"),
                       flash_attn_wheel=(sol.get("flash_attn") or {}).get("wheel"), vllm=(sol.get("vllm") or {}).get("version"),
-                      import_errors=(), torch_archs=None, cuda_available=None)
+                      import_errors=(), torch_archs=None, cuda_available=None,
+                      nvcc=None, cuda_home=None, cuda_runtimes=(), ld_library_path="")  # the host's toolkit is not the image's
     findings = judge_host(m, host)
     ok = healthy(findings)
     if junit:

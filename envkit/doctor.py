@@ -69,24 +69,36 @@ def probe_image(image: str, deep: bool) -> dict:
     from .engine import Engine
 
     engine = Engine.connect()
+    if not engine.has_image(image):
+        raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
     script = (Path(__file__).resolve().parent / "probe.py").read_text()
     cmd = ["python3", "-c", script] + (["--deep"] if deep else [])
+    gpus = True
     try:
         import docker.types
 
-        c = engine.client.containers.run(image, cmd, detach=True, network_mode="none",
-                                         device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
-    except Exception:
-        c = engine.client.containers.run(image, cmd, detach=True, network_mode="none")
+        c = engine.client.containers.create(image, cmd, network_mode="none",
+                                            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
+        try:
+            c.start()
+        except Exception:
+            c.remove(force=True)
+            raise
+    except Exception:  # no GPU runtime on this engine: probe without GPUs, and say so
+        gpus = False
+        c = engine.client.containers.create(image, cmd, network_mode="none")
+        c.start()
     try:
         c.wait()
         out = c.logs(stderr=False).decode(errors="replace")
     finally:
         c.remove(force=True)
     try:
-        return json.loads(out[out.find("{"):])
+        rec = json.loads(out[out.find("{"):])
     except ValueError:
         raise ExternalError(f"the probe printed no facts inside {image}: {out.strip()[-200:]}", "the image needs python3") from None
+    rec["gpus_passed"] = gpus
+    return rec
 
 
 def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[dict[str, str]], wants_kernels: bool) -> tuple[Host, list[Finding]]:
@@ -95,7 +107,9 @@ def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optiona
         inner = Host.from_probe(image_record)
         # the image brings its Python stack and toolkit; the GPUs and the driver are this host's
         host = replace(inner, driver=host.driver, cuda_driver=host.cuda_driver, nvml_error=host.nvml_error, gpus=host.gpus,
-                       dcu_name=host.dcu_name, dtk=host.dtk)
+                       dcu_name=host.dcu_name, dtk=host.dtk,
+                       # without the GPUs passed in, torch inside could not have seen them: that is not the image's fault
+                       cuda_available=inner.cuda_available if image_record.get("gpus_passed") else None)
     if wants_kernels:
         host = replace(host, wants_kernels=True)
     findings = judge(m, host)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 from .project import Project
@@ -24,9 +25,9 @@ def yaml_dump(obj: Any, indent: int = 0) -> str:
         if isinstance(v, (int, float)):
             return json.dumps(v)
         s = str(v)
-        if re.fullmatch(r"[A-Za-z_./][A-Za-z0-9_./-]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off"):
+        if re.fullmatch(r"[A-Za-z_/][A-Za-z0-9_./-]*", s) and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off"):
             return s
-        return json.dumps(s)
+        return json.dumps(s, ensure_ascii=False)
 
     lines = []
     if isinstance(obj, dict):
@@ -39,10 +40,14 @@ def yaml_dump(obj: Any, indent: int = 0) -> str:
             else:
                 lines.append(f"{pad}{key}: {scalar(v) if not isinstance(v, (dict, list)) else ('{}' if isinstance(v, dict) else '[]')}\n")
     elif isinstance(obj, list):
+        if not obj:
+            return pad + "[]\n"
         for v in obj:
             if isinstance(v, (dict, list)) and v:
                 inner = yaml_dump(v, indent + 1)
                 lines.append(f"{pad}- {inner.lstrip()}")
+            elif isinstance(v, (dict, list)):
+                lines.append(f"{pad}- {'{}' if isinstance(v, dict) else '[]'}\n")
             else:
                 lines.append(f"{pad}- {scalar(v)}\n")
     else:
@@ -51,6 +56,7 @@ def yaml_dump(obj: Any, indent: int = 0) -> str:
 
 
 def _commands(project_path: str, target: str, image: str) -> list[str]:
+    project_path = shlex.quote(project_path)
     return [f"envkit build --project {project_path} --target {target} --json > envkit-build-{target}.json",
             f"envkit selftest --image {image} --junit selftest-{target}.xml",
             f"envkit inspect {image} --junit doctor-{target}.xml"]
@@ -95,7 +101,7 @@ def gitlab(p: Project) -> dict:
 
 
 def bake(p: Project, contexts: str) -> dict:
-    """Contexts are the directories `envkit build --all --contexts-only` writes (bundles for offline targets)."""
+    """Contexts: each target's directory from `envkit generate -o` (mirror targets) or `envkit bundle -o` (offline ones)."""
     targets = {}
     for t in p.targets:
         targets[t.name] = {

@@ -39,12 +39,17 @@ class _Board:
         return t
 
 
-def _run_one(project: Project, t: Target, network: str, no_cache: bool, board: _Board) -> dict:
+def _run_one(project: Project, t: Target, network: str, no_cache: bool, board: _Board, dry_run: bool = False,
+             matrix_path: str | None = None) -> dict:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{t.name}.log"
     cmd = [sys.executable, "-m", "envkit", "build", "--project", project.path, "--target", t.name, "--network", network, "--json"]
     if no_cache:
         cmd.append("--no-cache")
+    if dry_run:
+        cmd.append("--dry-run")
+    if matrix_path:
+        cmd += ["--matrix", matrix_path]
     board.update(t.name, state="building", start=time.monotonic(), step="starting")
     start = time.monotonic()
     with log_path.open("w") as log:
@@ -69,7 +74,7 @@ def _run_one(project: Project, t: Target, network: str, no_cache: bool, board: _
         doc = json.loads(out[out.find("{"):]) if "{" in out else None
     except ValueError:
         doc = None
-    ok = rc == 0 and bool(doc and doc.get("ok"))
+    ok = rc == 0 and (dry_run or bool(doc and doc.get("ok")))
     last = ""
     if not ok:
         tail = [l.strip() for l in log_path.read_text().splitlines() if l.strip()]
@@ -79,7 +84,8 @@ def _run_one(project: Project, t: Target, network: str, no_cache: bool, board: _
             "size": (doc or {}).get("size"), "error": last or None}
 
 
-def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, console_json: bool) -> list[dict]:
+def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, console_json: bool, dry_run: bool = False,
+              matrix_path: str | None = None) -> list[dict]:
     from rich.console import Console
     from rich.live import Live
 
@@ -95,7 +101,7 @@ def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, cons
         ticker = threading.Thread(target=refresh, daemon=True)
         ticker.start()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(lambda t: _run_one(project, t, network, no_cache, board), project.targets))
+            results = list(pool.map(lambda t: _run_one(project, t, network, no_cache, board, dry_run, matrix_path), project.targets))
         stop.set()
         live.update(board.table())
     ok = sum(r["ok"] for r in results)

@@ -77,6 +77,10 @@ def parse(text: str, path: str) -> Project:
         if key not in ("defaults", "target"):
             raise bad(f"unknown table [{key}]", "use [defaults] and [[target]]")
     defaults = raw.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise bad("[defaults] must be a table", "write [defaults] with keys below it")
+    if "mirror" in defaults and not isinstance(defaults["mirror"], str):
+        raise bad("[defaults] mirror must be a path string", "write mirror = \"SITE.toml\"")
     for key in defaults:
         if key not in ("mirror", "registry"):
             raise bad(f"unknown key `{key}` in [defaults]", "allowed: mirror, registry")
@@ -88,6 +92,8 @@ def parse(text: str, path: str) -> Project:
         raise bad("no [[target]] tables", "add at least one [[target]] with a name and resolve flags")
     targets, seen = [], set()
     for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise bad(f"target #{i} is not a table", "write each target as a [[target]] table")
         name = row.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", name):
             raise bad(f"target #{i}: name {name!r} must be lower-case letters, digits and dashes", "write name = \"cpu-py311\"")
@@ -103,6 +109,8 @@ def parse(text: str, path: str) -> Project:
         if not isinstance(offline, bool):
             raise bad(f"target {name}: offline must be true or false", "write offline = true")
         mirror = row.get("mirror", defaults.get("mirror"))
+        if mirror is not None and not isinstance(mirror, str):
+            raise bad(f"target {name}: mirror must be a path string", "write mirror = \"SITE.toml\"")
         if offline and "mirror" in row:
             raise bad(f"target {name}: offline and mirror exclude each other", "drop one of them")
         if mirror is not None:

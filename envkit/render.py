@@ -139,6 +139,7 @@ def render(plan: BuildPlan, templates: Templates, command: str, lock: dict) -> d
         "envkit.lock.json": lock_bytes,
         "envkit.plan.json": json_bytes(plan.to_dict()),
         "envkit/solution.json": json_bytes(plan.solution.to_dict()),
+        ".dockerignore": b"# the base image tarballs and the manifest stay out of the build context\nimages/\nmanifest.json\n*.part\n",
         "envkit/selftest.py": templates.scripts["selftest.py"],
     }
     if any(st.template == "kernels" for s in plan.stages for st in s.steps):

@@ -95,3 +95,46 @@ def test_packages_index_reads_gz_control_and_uses_a_dpkg_sidecar_for_zstd(tmp_pa
     assert "Package: a\nVersion: 1" in text and "Package: b\nVersion: 2" in text
     assert "Filename: ./b_2_amd64.deb" in text and "SHA256: " in text
     assert not list(tmp_path.glob("*.control"))
+
+
+def test_verify_names_missing_altered_and_unexpected_files_anywhere_in_the_bundle(tmp_path):
+    import json as _json
+
+    from envkit.bundle import verify, write_manifest
+
+    (tmp_path / "envkit.lock.json").write_text("{}")
+    (tmp_path / "envkit.plan.json").write_text(_json.dumps({"offline": True, "context": [{"path": "wheelhouse/"}, {"path": "sources/a.tar.gz"}]}))
+    (tmp_path / "wheelhouse").mkdir()
+    (tmp_path / "wheelhouse" / "a.whl").write_bytes(b"a")
+    (tmp_path / "wheelhouse" / "b.whl").write_bytes(b"b")
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "sources" / "a.tar.gz").write_bytes(b"s")
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "base.tar").write_bytes(b"i")
+    write_manifest(tmp_path, [{"ref": "base:1", "file": "images/base.tar", "id": "sha256:x"}])
+    assert verify(tmp_path) == []
+    (tmp_path / "wheelhouse" / "a.whl").unlink()
+    (tmp_path / "wheelhouse" / "b.whl").write_bytes(b"B")
+    (tmp_path / "Dockerfile.evil").write_text("FROM x")
+    assert verify(tmp_path) == ["missing: wheelhouse/a.whl", "altered: wheelhouse/b.whl (sha256 differs from the manifest)",
+                                "unexpected: Dockerfile.evil (not in the manifest)"]
+
+
+@pytest.mark.parametrize("manifest", ['{"files": []}', '{"files": {"a": {"sha256": "x"}}}', "[]", "{not json"])
+def test_a_malformed_manifest_is_one_problem_not_a_crash(tmp_path, manifest):
+    from envkit.bundle import verify
+
+    (tmp_path / "manifest.json").write_text(manifest)
+    assert verify(tmp_path) == ["manifest.json is not a readable envkit manifest"]
+
+
+def test_an_empty_manifest_beside_an_offline_plan_is_not_a_bundle(tmp_path):
+    import json as _json
+
+    from envkit.bundle import verify
+
+    (tmp_path / "envkit.plan.json").write_text(_json.dumps({"offline": True, "context": [{"path": "wheelhouse/"}]}))
+    (tmp_path / "manifest.json").write_text('{"files": {}}')
+    problems = verify(tmp_path)
+    assert "missing: wheelhouse/ (the plan needs it; the manifest lists nothing under it)" in problems
+    assert "missing: images/ (the manifest lists no base image)" in problems

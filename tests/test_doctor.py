@@ -164,14 +164,20 @@ def test_nvcc_banner_parses():
     assert probe.parse_nvcc(text) == {"nvcc": "13.0", "nvcc_full": "13.0.88"}
 
 
-def test_the_probe_runs_with_the_standard_library_only_and_never_imports_torch():
-    code = ("import sys, json, runpy; sys.modules['torch'] = None; "
-            "import importlib.util as u; s = u.spec_from_file_location('p', sys.argv[1]); m = u.module_from_spec(s); s.loader.exec_module(m); "
-            "r = m.collect(); assert 'torch' not in [k for k in sys.modules if sys.modules[k] is not None]; print(json.dumps(r))")
-    p = subprocess.run([sys.executable, "-I", "-c", code, str(ROOT.parent / "envkit" / "probe.py")], capture_output=True, text=True, timeout=60)
+def test_the_probe_runs_with_the_standard_library_only_and_never_imports_torch(tmp_path):
+    # a fake torch that records being imported: the default probe must not import it
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n")
+    code = ("import sys, json, importlib.util as u; s = u.spec_from_file_location('p', sys.argv[1]); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); print(json.dumps(m.collect()))")
+    p = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT.parent / "envkit" / "probe.py")], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)
     assert rec["schema"] == 1 and {"nvidia", "amd", "toolkit", "python"} <= set(rec)
+    assert rec["python"]["torch"] == "2.11.0+cu130" and rec["python"]["torch_cuda"] == "13.0"  # read from version.py
+    assert not (tmp_path / "imported").exists()
 
 
 def test_doctor_cli_on_recorded_facts_exits_1_with_json(tmp_path):
@@ -183,6 +189,16 @@ def test_doctor_cli_on_recorded_facts_exits_1_with_json(tmp_path):
     assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
     assert doc["ok"] is False and doc["findings"][0]["rule"] == "driver.too-old"
+
+
+@pytest.mark.parametrize("facts", ['{"nvidia": "x"}', '{"nvidia": {"gpus": "abc"}}', '{"nvidia": {"gpus": [{"name": "A", "cc": 8.0}]}}',
+                                   '{"toolkit": {"ld_library_path": null}}', '{"deep": {"import_errors": []}}', "[1, 2]"])
+def test_doctor_cli_on_mistyped_facts_is_one_line(tmp_path, facts):
+    (tmp_path / "f.json").write_text(facts)
+    p = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--facts", str(tmp_path / "f.json")], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr and p.returncode in (0, 1, 2), p.stderr
+    if p.returncode == 2:
+        assert p.stderr.startswith("envkit: error: ")
 
 
 def test_doctor_cli_bad_facts_file_is_one_line(tmp_path):

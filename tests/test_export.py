@@ -103,3 +103,11 @@ def test_junit_from_selftest_and_doctor():
     assert cases[0].name == "driver.too-old" and not cases[0].ok
     assert {c.classname for c in cases if c.ok} >= {"envkit.doctor.torch", "envkit.doctor.flash-attn"}
     ET.fromstring(to_xml("d", cases))
+
+
+@pytest.mark.parametrize("value", ["yes", "on", "1.10", ".5", ".inf", ":", "#x", "-x", "*a", "0x1f", "~", "héllo 😀", "a: b", "", "null"])
+def test_yaml_strings_round_trip(value):
+    from envkit.export import yaml_dump
+
+    doc = {"k": value, "l": [value, [], {}], "n": {"x": [value]}}
+    assert yaml.safe_load(yaml_dump(doc)) == doc

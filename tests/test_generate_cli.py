@@ -26,7 +26,7 @@ def test_generate_writes_the_build_context(tmp_path):
     p = run("generate", *H200, "-o", str(out))
     assert p.returncode == 0, p.stderr
     names = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
-    assert names == ["Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/.generated", "envkit/build_flash_attn.py",
+    assert names == [".dockerignore", "Dockerfile", "envkit.lock.json", "envkit.plan.json", "envkit/.generated", "envkit/build_flash_attn.py",
                      "envkit/selftest.py", "envkit/solution.json"]
     text = (out / "Dockerfile").read_text()
     assert "FROM docker.io/nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS build" in text
@@ -97,14 +97,14 @@ def test_a_directory_envkit_did_not_write_is_not_overwritten(tmp_path):
 def test_regenerating_in_place_keeps_user_files_and_drops_only_stale_generated_ones(tmp_path):
     ctx = tmp_path / "ctx"
     assert run("generate", *H200, "-o", str(ctx)).returncode == 0
-    (ctx / ".dockerignore").write_text("models/\n")
+    (ctx / "NOTES.md").write_text("models/\n")
     (ctx / "sources").mkdir()
     (ctx / "sources" / "flash_attn-2.7.4.post1.tar.gz").write_bytes(b"sdist")
     p = run("generate", "--lock", "envkit.lock.json", "-o", ".", cwd=ctx)
     assert p.returncode == 0, p.stderr
     p = run("generate", "--platform", "cpu", "--torch", "2.13.0", "-o", ".", cwd=ctx)
     assert p.returncode == 0, p.stderr
-    assert (ctx / ".dockerignore").read_text() == "models/\n"
+    assert (ctx / "NOTES.md").read_text() == "models/\n"
     assert (ctx / "sources" / "flash_attn-2.7.4.post1.tar.gz").read_bytes() == b"sdist"
     assert not (ctx / "envkit" / "build_flash_attn.py").exists()  # generated before, not needed now
     assert "torch==2.13.0+cpu" in (ctx / "Dockerfile").read_text()

@@ -293,10 +293,46 @@ def _build_context(context, *, offline: bool, tag: Optional[str], network: str, 
 def selftest(
     image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none) instead of here"),
     quick: bool = typer.Option(False, "--quick", help="fewer tokens"),
+    engine_url: Optional[str] = typer.Option(None, "--engine", help="openai:URL runs the serving sweep against that endpoint"),
+    model: str = typer.Option("default", "--model", help="served model name (with --engine openai:URL)"),
+    concurrency: str = typer.Option("1,4,8,16", "--concurrency", help="concurrency levels of the serving sweep"),
+    num_prompts: int = typer.Option(64, "--num-prompts", min=1, help="requests per concurrency level"),
+    input_len: int = typer.Option(128, "--input-len", min=1),
+    output_len: int = typer.Option(128, "--output-len", min=2),
     as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
     junit: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
 ) -> None:
-    """Check torch and the GPU, and decode with a tiny random model: tokens/s, TTFT, TPOT."""
+    """Check torch and the GPU and decode with a tiny model; or sweep an OpenAI-compatible server (TTFT, TPOT, throughput)."""
+    if engine_url:
+        from .errors import InputError
+        from .report import print_sweep, sweep_progress
+        from .serving import sweep
+
+        if not engine_url.startswith("openai:") or "://" not in engine_url:
+            raise InputError(f"--engine {engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
+        try:
+            levels_asked = [int(x) for x in concurrency.split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"--concurrency {concurrency!r} is not a list of integers", "write --concurrency 1,4,8") from None
+        if not levels_asked or min(levels_asked) < 1:
+            raise InputError(f"--concurrency {concurrency!r} needs positive integers", "write --concurrency 1,4,8")
+        url = engine_url[len("openai:"):]
+        with sweep_progress(as_json) as progress:
+            levels = sweep(url, model, levels_asked, num_prompts, input_len, output_len, progress=progress)
+        doc = {"schema": 1, "engine": url, "model": model, "input_len": input_len, "output_len": output_len, "levels": levels,
+               "ok": all(lv["completed"] > 0 for lv in levels)}
+        if junit:
+            from .junit import Case, write
+
+            write(junit, f"envkit selftest sweep {url}", [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0,
+                                                               "; ".join(lv["errors"]), json.dumps(lv)) for lv in levels])
+        if as_json:
+            _print_json(doc)
+        else:
+            print_sweep(doc)
+        if not doc["ok"]:
+            raise typer.Exit(EXIT_NO_SOLUTION)
+        return
     if image:
         from .engine import Engine
         from .errors import ExternalError

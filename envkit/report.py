@@ -281,3 +281,39 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
         t.add_row("vllm", sol["vllm"]["version"])
     t.add_row("lock sha256", labels.get("io.envkit.lock.sha256", ""))
     c.print(t)
+
+
+def sweep_progress(to_stderr: bool):
+    """A progress bar per concurrency level of the serving sweep."""
+    import contextlib
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    @contextlib.contextmanager
+    def ctx():
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=_console(stderr=True),
+                      transient=True) as p:
+            tasks: dict = {}
+
+            def tick(c: int, done: int, total: int) -> None:
+                if c not in tasks:
+                    tasks[c] = p.add_task(f"concurrency {c}", total=total)
+                p.update(tasks[c], completed=done)
+
+            yield tick
+
+    return ctx()
+
+
+def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} (input {doc['input_len']}, output {doc['output_len']} tokens)",
+              title_justify="left", header_style="bold")
+    for col in ("batch", "requests", "failed", "req/s", "input tok/s", "output tok/s", "mean TTFT ms", "P99 TTFT ms",
+                "mean TPOT ms", "P99 TPOT ms"):
+        t.add_column(col, justify="right")
+    for lv in doc["levels"]:
+        t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
+                  f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", str(lv["mean_ttft_ms"]), str(lv["p99_ttft_ms"]),
+                  str(lv["mean_tpot_ms"]), str(lv["p99_tpot_ms"]))
+    c.print(t)

@@ -73,7 +73,7 @@ def one_request(url: str, model: str, prompt: list, output_len: int, timeout: fl
             if doc.get("usage"):
                 res.output_tokens = int(doc["usage"].get("completion_tokens") or 0)
                 res.prompt_tokens = int(doc["usage"].get("prompt_tokens") or res.prompt_tokens)
-            if doc.get("choices") and doc["choices"][0].get("text"):
+            if doc.get("choices"):  # vLLM's bench: the first chunk with choices is the first token, text or not
                 chunks += 1
                 if last is None:
                     res.ttft = now - start

@@ -203,6 +203,54 @@ def decode_shape(torch, shape: str, engine: str, new_tokens: int, peak_gbs: floa
             "pct_of_roofline": round(100 / tpot / roofline, 1) if roofline else None}
 
 
+def _nccl_worker(rank: int, world: int, port: int, size_mb: int, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.cuda.set_device(rank)
+    x = torch.ones(size_mb * 2**20 // 4, device="cuda", dtype=torch.float32)
+    for _ in range(5):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    iters = 20
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / iters
+    if rank == 0:
+        algbw = x.numel() * 4 / dt / 1e9
+        queue.put({"gpus": world, "size_mb": size_mb, "time_ms": round(dt * 1e3, 3), "algbw_gbs": round(algbw, 1),
+                   "busbw_gbs": round(algbw * 2 * (world - 1) / world, 1)})
+    dist.destroy_process_group()
+
+
+def check_nccl(torch, size_mb: int = 1024) -> dict | None:
+    """All-reduce bus bandwidth across this host's GPUs, with nccl-tests' busbw definition (algbw x 2(n-1)/n)."""
+    world = torch.cuda.device_count()
+    if world < 2:
+        return None
+    import socket
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_nccl_worker, args=(r, world, port, size_mb, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    res = queue.get(timeout=5) if not queue.empty() else None
+    if res is None:
+        return {"name": "NCCL all-reduce", "ok": False, "detail": f"the workers exited with {[p.exitcode for p in procs]}"}
+    return {"name": "NCCL all-reduce", "ok": res["busbw_gbs"] > 0, **res,
+            "detail": f"{world} GPUs, {size_mb} MB fp32: bus bandwidth {res['busbw_gbs']} GB/s (algbw {res['algbw_gbs']})"}
+
+
 def arch_runs(cc: tuple, archs: list) -> bool:
     """SASS for sm_XY runs on the same major with a higher minor; PTX compute_XY JITs on anything newer."""
     for a in archs:
@@ -239,7 +287,8 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
     doc["device"] = device
     if device == "cuda":
         peak = peak_gbs or peak_bandwidth_gbs()
-        for check in (lambda: [check_bandwidth(torch, peak)], lambda: [c for c in [check_flash_attn(torch)] if c], lambda: check_kernels(torch)):
+        for check in (lambda: [check_bandwidth(torch, peak)], lambda: [c for c in [check_flash_attn(torch)] if c], lambda: check_kernels(torch),
+                      lambda: [c for c in [check_nccl(torch)] if c]):
             try:
                 doc["checks"].extend(check())
             except Exception as exc:

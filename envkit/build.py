@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .errors import EnvkitError, ExternalError, InputError
+from .errors import ExternalError, InputError
 
 GB = 1 << 30
 GB_PER_NVCC_JOB = 5
@@ -148,18 +148,22 @@ def stream_build(engine, context: Path, network: str, buildargs: dict[str, str],
 
 # ---------------------------------------------------------------- collecting facts (adapter)
 
-def _free_disk(engine) -> Optional[int]:
+def _engine_resources(engine) -> tuple[Optional[int], Optional[int]]:
+    """(free disk where the engine keeps images, engine memory), from one `docker info`; None where unknown."""
     try:
-        root = engine.info().get("DockerRootDir") or "/var/lib/docker"
-        if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") and Path(root).exists():
-            return shutil.disk_usage(root).free
+        info = engine.info()
     except Exception:
-        return None
-    return None
+        return None, None
+    root = info.get("DockerRootDir") or "/var/lib/docker"
+    disk = None
+    if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") and Path(root).exists():
+        disk = shutil.disk_usage(root).free  # only a local engine's disk is ours to measure
+    return disk, int(info.get("MemTotal") or 0) or None
 
 
-def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object]]:
-    from .bundle import MANIFEST, verify
+def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object], dict]:
+    """The preflight's facts, the engine (None when it does not answer) and the parsed plan."""
+    from .bundle import verify
     from .engine import Engine
 
     if not (context / "Dockerfile").is_file() or not (context / "envkit.plan.json").is_file():
@@ -184,16 +188,11 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object]]:
     except ExternalError as exc:
         engine_error = exc.message
     comp = plan.get("compile", {})
-    mem = None
-    if engine is not None:
-        try:
-            mem = int(engine.info().get("MemTotal") or 0) or None
-        except Exception:
-            mem = None
-    facts = Facts(str(context), problems, engine_error, _free_disk(engine) if engine else None, mem,
+    disk, mem = _engine_resources(engine) if engine is not None else (None, None)
+    facts = Facts(str(context), problems, engine_error, disk, mem,
                   need_disk=3 * size + 2 * GB, max_jobs=comp.get("max_jobs"), nvcc_threads=comp.get("nvcc_threads") or 1,
                   compiles=bool(comp.get("kernels")))
-    return facts, engine
+    return facts, engine, plan
 
 
 def load_images(engine, context: Path, say: Callable[[str], None]) -> None:

@@ -262,7 +262,7 @@ def _build_context(context, *, offline: bool, tag: Optional[str], network: str, 
     from .report import build_console, build_line, print_build, print_preflight
 
     console = build_console(stderr=as_json)
-    facts, engine = collect(context, offline=offline)
+    facts, engine, plan_doc = collect(context, offline=offline)
     checks = judge(facts)
     print_preflight(checks, console)
     failed = [c for c in checks if not c.ok]
@@ -275,7 +275,6 @@ def _build_context(context, *, offline: bool, tag: Optional[str], network: str, 
     sol = json.loads((context / "envkit.lock.json").read_text())["solution"]
     ref = tag or f"envkit/{sol['platform']}:torch{sol['torch']['pin'].replace('+', '-')}"
     load_images(engine, context, lambda m: console.print(f"[dim]{m}[/dim]"))
-    plan_doc = json.loads((context / "envkit.plan.json").read_text())
     buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
     result = stream_build(engine, context, "none" if offline else network, buildargs, lambda line: build_line(console, line),
                           nocache=no_cache)
@@ -377,8 +376,6 @@ def doctor(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
-    from pathlib import Path
-
     from . import matrix as mx
     from . import probe
     from .doctor import doctor as run_doctor, parse_for, probe_image

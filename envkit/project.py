@@ -21,18 +21,12 @@
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from .errors import InputError
-from .userfile import read_text
+from .userfile import parse_toml, read_text
 
 RESOLVE_KEYS = ("gpu", "driver", "platform", "cuda", "rocm", "dtk", "python", "torch", "flash_attn", "vllm", "kernels")
 TARGET_KEYS = set(RESOLVE_KEYS) | {"name", "offline", "mirror", "tag"}
@@ -69,10 +63,7 @@ def parse(text: str, path: str) -> Project:
     def bad(what: str, fix: str) -> InputError:
         return InputError(f"project file {path}: {what}", fix)
 
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise bad(f"not valid TOML: {exc}", "fix the TOML syntax at the position named") from None
+    raw = parse_toml(text, "project file", path)
     for key in raw:
         if key not in ("defaults", "target"):
             raise bad(f"unknown table [{key}]", "use [defaults] and [[target]]")

@@ -37,19 +37,13 @@ mirrors. Parsed once into a frozen Site; the planner reads nothing else about th
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from .errors import InputError
-from .userfile import read_text
+from .userfile import parse_toml, read_text
 
 _TABLES = {
     "apt": {"mirror", "security", "remove_vendor_lists"},
@@ -154,10 +148,7 @@ def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
 
 
 def parse(text: str, path: str, read_file=None) -> Site:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad(path, f"not valid TOML: {exc}", "fix the TOML syntax at the position named") from None
+    raw = parse_toml(text, "site file", path)
     _check_no_secrets(path, raw)
     for table, value in raw.items():
         if table not in _TABLES:

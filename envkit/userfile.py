@@ -1,7 +1,13 @@
 """Reading a file the user named: one line naming the file and the fix, never a traceback."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from .errors import InputError
 
@@ -13,3 +19,10 @@ def read_text(path: str, what: str, fix: str) -> str:
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}", fix) from None
     except UnicodeDecodeError:
         raise InputError(f"{what} {path} is not UTF-8 text", "save it as UTF-8") from None
+
+
+def parse_toml(text: str, what: str, path: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{what} {path}: not valid TOML: {exc}", "fix the TOML syntax at the position named") from None

@@ -12,7 +12,6 @@ Prints a table and writes results.json into --out.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from .errors import ExternalError, InputError
 from .fetch import download, sha256_file

@@ -3,10 +3,9 @@ each with what was seen, why it matters, the fix and the source of the rule."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from .matrix import CC, Driver, Matrix, sass_runs_on

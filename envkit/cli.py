@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -171,7 +173,6 @@ def build(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
-    from pathlib import Path
 
     from .errors import InputError
 
@@ -241,7 +242,6 @@ def build(
 
 
 def _generate_for_build(flags: dict, lock: Optional[str], mirror: Optional[str], out: str, matrix_path: Optional[str]):
-    from pathlib import Path
 
     from .generate import generate as gen, write_tree
     from .plan import Options
@@ -288,6 +288,52 @@ def _build_context(context, *, offline: bool, tag: Optional[str], network: str, 
         print_build(result, offline, console)
 
 
+def _write_report(report: str, files: dict) -> None:
+    """Every report file written whole (temp file + rename), or none named in the error."""
+    from .errors import InputError
+
+    try:
+        out = Path(report)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            tmp = out / f".{name}.part"
+            tmp.write_bytes(data)
+            os.replace(tmp, out / name)
+    except OSError as exc:
+        raise InputError(f"cannot write the report into {report}: {exc.strerror}", "give a writable --report directory") from None
+
+
+def _serving_sweep(engine_url: str, model: str, concurrency: str, num_prompts: int, input_len: int, output_len: int,
+                   dataset: Optional[str], as_json: bool) -> dict:
+    from .errors import InputError
+    from .report import sweep_progress
+    from .serving import parse_dataset, random_requests, sweep
+
+    if not engine_url.startswith("openai:") or "://" not in engine_url:
+        raise InputError(f"--engine {engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
+    try:
+        levels_asked = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--concurrency {concurrency!r} is not a list of integers", "write --concurrency 1,4,8") from None
+    if not levels_asked or min(levels_asked) < 1:
+        raise InputError(f"--concurrency {concurrency!r} needs positive integers", "write --concurrency 1,4,8")
+    if dataset:
+        from .userfile import read_text
+
+        fix = 'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)'
+        try:
+            requests = parse_dataset(read_text(dataset, "dataset", fix), num_prompts, output_len)
+        except ValueError as exc:
+            raise InputError(f"cannot read dataset {dataset}: {exc}", fix) from None
+    else:
+        requests = random_requests(num_prompts, input_len, output_len)
+    url = engine_url[len("openai:"):]
+    with sweep_progress(as_json) as progress:
+        levels = sweep(url, model, levels_asked, requests, progress=progress)
+    return {"schema": 1, "engine": url, "model": model, "dataset": dataset, "input_len": None if dataset else input_len,
+            "output_len": output_len, "levels": levels, "ok": all(lv["completed"] > 0 for lv in levels)}
+
+
 @app.command()
 def selftest(
     image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none) instead of here"),
@@ -296,38 +342,30 @@ def selftest(
     model: str = typer.Option("default", "--model", help="served model name (with --engine openai:URL)"),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", help="concurrency levels of the serving sweep"),
     num_prompts: int = typer.Option(64, "--num-prompts", min=1, help="requests per concurrency level"),
-    input_len: int = typer.Option(128, "--input-len", min=1),
-    output_len: int = typer.Option(128, "--output-len", min=2),
+    input_len: int = typer.Option(128, "--input-len", min=1, help="prompt tokens of the random workload"),
+    output_len: int = typer.Option(128, "--output-len", min=2, help="tokens generated per request"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) instead of random token ids"),
     as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
+    report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
     junit: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
 ) -> None:
     """Check torch and the GPU and decode with a tiny model; or sweep an OpenAI-compatible server (TTFT, TPOT, throughput)."""
     if engine_url:
-        from .errors import InputError
-        from .report import print_sweep, sweep_progress
-        from .serving import sweep
+        doc = _serving_sweep(engine_url, model, concurrency, num_prompts, input_len, output_len, dataset, as_json)
+        if report:
+            from .plot import sweep_chart
 
-        if not engine_url.startswith("openai:") or "://" not in engine_url:
-            raise InputError(f"--engine {engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
-        try:
-            levels_asked = [int(x) for x in concurrency.split(",") if x.strip()]
-        except ValueError:
-            raise InputError(f"--concurrency {concurrency!r} is not a list of integers", "write --concurrency 1,4,8") from None
-        if not levels_asked or min(levels_asked) < 1:
-            raise InputError(f"--concurrency {concurrency!r} needs positive integers", "write --concurrency 1,4,8")
-        url = engine_url[len("openai:"):]
-        with sweep_progress(as_json) as progress:
-            levels = sweep(url, model, levels_asked, num_prompts, input_len, output_len, progress=progress)
-        doc = {"schema": 1, "engine": url, "model": model, "input_len": input_len, "output_len": output_len, "levels": levels,
-               "ok": all(lv["completed"] > 0 for lv in levels)}
+            _write_report(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
         if junit:
             from .junit import Case, write
 
-            write(junit, f"envkit selftest sweep {url}", [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0,
-                                                               "; ".join(lv["errors"]), json.dumps(lv)) for lv in levels])
+            write(junit, f"envkit selftest sweep {doc['engine']}", [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0,
+                                                                        "; ".join(lv["errors"]), json.dumps(lv)) for lv in doc["levels"]])
         if as_json:
             _print_json(doc)
         else:
+            from .report import print_sweep
+
             print_sweep(doc)
         if not doc["ok"]:
             raise typer.Exit(EXIT_NO_SOLUTION)
@@ -351,6 +389,8 @@ def selftest(
         from .selftest import run as run_selftest
 
         doc = run_selftest(quick)
+    if report:
+        _write_report(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit:
         from .junit import selftest_cases, write
 
@@ -480,7 +520,6 @@ def matrix_export(
     contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
 ) -> None:
     """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON."""
-    from pathlib import Path
 
     from . import project as pj
     from .errors import InputError

@@ -307,13 +307,23 @@ def sweep_progress(to_stderr: bool):
 
 def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     c = console or _console()
-    t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} (input {doc['input_len']}, output {doc['output_len']} tokens)",
+    workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
+    t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)",
               title_justify="left", header_style="bold")
     for col in ("batch", "requests", "failed", "req/s", "input tok/s", "output tok/s", "mean TTFT ms", "P99 TTFT ms",
                 "mean TPOT ms", "P99 TPOT ms"):
         t.add_column(col, justify="right")
+    failures = any(lv["failed"] for lv in doc["levels"])
+    if failures:
+        t.add_column("note")
     for lv in doc["levels"]:
         t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
                   f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", str(lv["mean_ttft_ms"]), str(lv["p99_ttft_ms"]),
-                  str(lv["mean_tpot_ms"]), str(lv["p99_tpot_ms"]))
+                  str(lv["mean_tpot_ms"]), str(lv["p99_tpot_ms"]), *([_level_note(lv)] if failures else []))
     c.print(t)
+
+
+def _level_note(lv: dict) -> str:
+    if lv.get("out_of_memory"):
+        return "[red]out of memory[/]"
+    return f"[red]{lv['errors'][0][:60]}[/]" if lv["failed"] else ""

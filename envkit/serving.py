@@ -42,13 +42,14 @@ def _percentile(xs: list, q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def one_request(url: str, model: str, prompt: list, output_len: int, timeout: float = 600) -> RequestResult:
+def one_request(url: str, model: str, prompt, output_len: int, timeout: float = 600) -> RequestResult:
+    """One streamed /v1/completions request; prompt is text or a list of token ids."""
     parts = urlsplit(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len, "min_tokens": output_len, "ignore_eos": True,
                        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}})
     start = time.perf_counter()
-    res = RequestResult(ok=False, prompt_tokens=len(prompt))
+    res = RequestResult(ok=False, prompt_tokens=len(prompt) if isinstance(prompt, list) else 0)
     try:
         conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
         conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers={"Content-Type": "application/json"})
@@ -80,7 +81,7 @@ def one_request(url: str, model: str, prompt: list, output_len: int, timeout: fl
                 else:
                     res.itl.append(now - last)
                 last = now
-        res.latency = time.perf_counter() - start
+        res.latency = (last - start) if last is not None else time.perf_counter() - start  # vLLM: up to the last token
         res.output_tokens = res.output_tokens or chunks
         res.ok = chunks > 0
         if not res.ok:
@@ -91,27 +92,52 @@ def one_request(url: str, model: str, prompt: list, output_len: int, timeout: fl
     return res
 
 
-def random_prompts(n: int, input_len: int, vocab: int, seed: int = 0) -> list:
+def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list:
+    """(prompt token ids, output length) pairs: ids from 10 up, valid for any tokenizer of at least `vocab` entries."""
     rng = random.Random(seed)
-    return [[rng.randrange(10, vocab) for _ in range(input_len)] for _ in range(n)]
+    return [([rng.randrange(10, vocab) for _ in range(input_len)], output_len) for _ in range(n)]
 
 
-def run_level(url: str, model: str, prompts: list, output_len: int, concurrency: int,
+def parse_dataset(text: str, n: int, output_len: int) -> list:
+    """(prompt, output length) pairs from JSONL lines {"prompt": str, "output_tokens": int?}, as vLLM's custom dataset.
+
+    output_tokens, where a line has it, wins over output_len. Fewer lines than n are cycled. ValueError names the line.
+    """
+    reqs = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ValueError(f"line {no} is not JSON") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
+            raise ValueError(f'line {no} has no "prompt" string')
+        out = row.get("output_tokens", output_len)
+        if not isinstance(out, int) or isinstance(out, bool) or out < 1:
+            raise ValueError(f'line {no}: "output_tokens" must be a positive integer')
+        reqs.append((row["prompt"], out))
+    if not reqs:
+        raise ValueError("it holds no prompts")
+    return [reqs[i % len(reqs)] for i in range(n)]
+
+
+def run_level(url: str, model: str, requests: list, concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None) -> dict:
     done = [0]
     lock = threading.Lock()
 
-    def task(p):
-        r = one_request(url, model, p, output_len)
+    def task(req):
+        r = one_request(url, model, *req)
         with lock:
             done[0] += 1
             if progress:
-                progress(done[0], len(prompts))
+                progress(done[0], len(requests))
         return r
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(task, prompts))
+        results = list(pool.map(task, requests))
     wall = time.perf_counter() - start
     return summarize(results, wall, concurrency)
 
@@ -126,7 +152,8 @@ def summarize(results: list, wall: float, concurrency: int) -> dict:
     in_tokens = sum(r.prompt_tokens for r in ok)
     return {
         "concurrency": concurrency, "requests": len(results), "completed": len(ok), "failed": len(results) - len(ok),
-        "errors": sorted({r.error for r in results if not r.ok})[:3], "duration_s": round(wall, 3),
+        "errors": sorted({r.error for r in results if not r.ok})[:3],
+        "out_of_memory": any("out of memory" in r.error.lower() for r in results if not r.ok), "duration_s": round(wall, 3),
         "request_throughput": round(len(ok) / wall, 3) if wall else 0.0,
         "input_throughput": round(in_tokens / wall, 2) if wall else 0.0,
         "output_throughput": round(out_tokens / wall, 2) if wall else 0.0,
@@ -139,11 +166,8 @@ def summarize(results: list, wall: float, concurrency: int) -> dict:
     }
 
 
-def sweep(url: str, model: str, concurrency: list, num_prompts: int, input_len: int, output_len: int, vocab: int = 1000,
+def sweep(url: str, model: str, concurrency: list, requests: list,
           progress: Optional[Callable[[int, int, int], None]] = None) -> list:
-    prompts = random_prompts(num_prompts, input_len, vocab)
-    one_request(url, model, prompts[0], 2)  # warm-up, not counted
-    levels = []
-    for c in concurrency:
-        levels.append(run_level(url, model, prompts, output_len, c, (lambda d, n, c=c: progress(c, d, n)) if progress else None))
-    return levels
+    """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
+    one_request(url, model, requests[0][0], 2)  # warm-up, not counted
+    return [run_level(url, model, requests, c, (lambda d, n, c=c: progress(c, d, n)) if progress else None) for c in concurrency]

@@ -9,5 +9,6 @@ PY=${PYTHON:-python3}
 ./scripts/start-docker.sh
 ./scripts/make-base-image.sh
 ./scripts/start-podman.sh
+./scripts/start-vllm-env.sh
 .venv/bin/envkit matrix check
 exec .venv/bin/python -m pytest -q "$@"

@@ -40,3 +40,57 @@ def test_a_failing_server_is_a_counted_failure_not_a_crash():
     assert not r.ok and r.error.startswith("HTTP 500") and "out of memory" in r.error
     r = one_request("http://127.0.0.1:9", "m", [1], 4, timeout=5)
     assert not r.ok and "Error" in r.error
+
+
+def test_dataset_lines_follow_vllms_custom_format():
+    from envkit.serving import parse_dataset
+
+    text = '{"prompt": "hello there"}\n\n{"prompt": "a b c", "output_tokens": 7}\n'
+    assert parse_dataset(text, 3, 16) == [("hello there", 16), ("a b c", 7), ("hello there", 16)]
+    for bad, why in (('{"prompt": 3}', 'line 1 has no "prompt" string'), ("not json", "line 1 is not JSON"),
+                     ('{"prompt": "x", "output_tokens": 0}', "positive integer"), ("", "no prompts")):
+        try:
+            parse_dataset(bad, 1, 16)
+        except ValueError as exc:
+            assert why in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_out_of_memory_is_a_row_flag():
+    s = summarize([RequestResult(False, 64, error="HTTP 500: CUDA out of memory. Tried to allocate")], wall=1.0, concurrency=128)
+    assert s["completed"] == 0 and s["failed"] == 1 and s["out_of_memory"] is True and s["mean_ttft_ms"] is None
+
+
+class _Streams(BaseHTTPRequestHandler):
+    """Three tokens 50 ms apart, the usage chunk, then a slow [DONE]."""
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        import json
+        import time
+
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for _ in range(3):
+            time.sleep(0.05)
+            self.wfile.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+            self.wfile.flush()
+        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n')
+        self.wfile.flush()
+        time.sleep(0.3)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def test_ttft_and_latency_stop_at_tokens_as_vllms_client_does():
+    with serve(_Streams) as srv:
+        r = one_request(f"http://127.0.0.1:{srv.server_port}", "m", "a text prompt", 3)
+    assert r.ok and r.output_tokens == 3 and r.prompt_tokens == 5
+    assert 0.05 <= r.ttft < r.latency
+    assert r.latency < 0.3                     # the last token, not the [DONE] that came 0.3 s later
+    assert len(r.itl) == 2

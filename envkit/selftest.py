@@ -60,14 +60,27 @@ def decode(torch, device: str, prompt_len: int, new_tokens: int) -> dict:
             "tpot_ms": round((total - first) / max(1, new_tokens - 1) * 1e3, 2)}
 
 
-# Decoder shapes of the models the seeds measured, built from config with random weights (no downloads).
-# qwen-7b: Qwen-7B's dimensions (hidden 4096, 32 layers, MLP 11008, vocab 151936) on the Llama architecture.
+# Decoder shapes of the seeds' models, built from config with random weights (no downloads). Qwen's
+# config.json counts both SwiGLU halves in intermediate_size (22016, 27392): the MLP width is half.
+# chatglm2-6b: GLM's dimensions (multi-query attention with 2 KV groups) on the Llama architecture.
 SHAPES = {
-    "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000),
-    "qwen-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=151936),
-    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1024),
+    "llama-2-7b": {"arch": "llama", "source": "https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json",
+                   "config": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000)},
+    "qwen-7b": {"arch": "llama", "source": "https://huggingface.co/Qwen/Qwen-7B/blob/main/config.json",
+                "config": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=151936)},
+    "qwen-14b": {"arch": "llama", "source": "https://huggingface.co/Qwen/Qwen-14B/blob/main/config.json",
+                 "config": dict(hidden_size=5120, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=40, vocab_size=152064)},
+    "chatglm2-6b": {"arch": "llama", "source": "https://huggingface.co/THUDM/chatglm2-6b/blob/main/config.json",
+                    "config": dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=28, num_attention_heads=32,
+                                   num_key_value_heads=2, vocab_size=65024)},
+    "bloom-7b1": {"arch": "bloom", "source": "https://huggingface.co/bigscience/bloom-7b1/blob/main/config.json",
+                  "config": dict(hidden_size=4096, n_layer=30, n_head=32, vocab_size=250880)},
+    "tiny": {"arch": "llama", "source": "envkit (a CPU-sized Llama)",
+             "config": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1024)},
 }
+ENGINES = ("hf", "hf-static", "vllm")
 PASS_BANDWIDTH = 0.5  # a healthy HBM GPU streams a GEMV at well over half its peak
+PARITY_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.05, "float16": 0.02}  # max |logit diff| / max |reference logit|
 
 
 def peak_bandwidth_gbs(default: float = 0.0) -> float:
@@ -162,45 +175,221 @@ def check_kernels(torch) -> list:
     return out
 
 
-def decode_shape(torch, shape: str, engine: str, new_tokens: int, peak_gbs: float) -> dict:
-    """Batch-1 decode of a random-weight model of the given shape with transformers: eager or static cache."""
+def _sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def load_target(torch, target: str, device: str, dtype):
+    """(model, tokenizer or None, weights directory or None) for a shape name or a local model directory."""
     import transformers
 
-    cfg = transformers.LlamaConfig(**SHAPES[shape], max_position_embeddings=4096)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
-    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    ids = torch.randint(0, cfg.vocab_size, (1, 128), device="cuda")
+    if target in SHAPES:
+        spec = SHAPES[target]
+        if spec["arch"] == "bloom":
+            cfg = transformers.BloomConfig(**spec["config"])
+        else:
+            cfg = transformers.LlamaConfig(**spec["config"], max_position_embeddings=4096)
+        torch.manual_seed(0)
+        with torch.device(device):
+            return transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval(), None, None
+    model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=dtype, local_files_only=True).to(device).eval()
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)
+    except Exception:  # weights without a tokenizer: token figures only
+        tok = None
+    return model, tok, target
+
+
+def _generate_kwargs(engine: str) -> dict:
     kw = dict(do_sample=False, pad_token_id=0)
     if engine == "hf-static":
         kw["cache_implementation"] = "static"
+    return kw
 
-    def gen(n: int) -> float:
-        torch.cuda.synchronize()
+
+def decode_hf(torch, model, tok, ids, engine: str, new_tokens: int, device: str) -> dict:
+    """Batch-1 greedy decode with transformers (eager dynamic cache, or static cache): TTFT, TPOT, tokens/s."""
+    kw = _generate_kwargs(engine)
+
+    def gen(n: int):
+        _sync(torch, device)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        _sync(torch, device)
+        return time.perf_counter() - t0, out
 
-    t_warm = gen(new_tokens)  # first call (static cache: compiles)
-    tn = gen(new_tokens)
+    t_warm, _ = gen(new_tokens)  # first call (static cache: compiles)
+    tn, out = gen(new_tokens)
     with torch.inference_mode():  # time to first token: the prefill forward over the prompt
         model(ids)
-        torch.cuda.synchronize()
+        _sync(torch, device)
         t0 = time.perf_counter()
         model(ids)
-        torch.cuda.synchronize()
+        _sync(torch, device)
         t1 = time.perf_counter() - t0
-    tpot = (tn - t1) / (new_tokens - 1)
+    tpot = max(tn - t1, 1e-9) / (new_tokens - 1)
+    res = {"tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2),
+           "first_call_s": round(t_warm, 1), "attention": model.config._attn_implementation}
+    if tok is not None:
+        chars = len(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+        res["chars_per_s"] = round(chars / max(tn - t1, 1e-9), 1)
+    return res
+
+
+def parity_hf(torch, model, ids, engine: str, steps: int) -> dict:
+    """The engine's per-step logits from generate against the eager-attention reference on the same tokens."""
+    kw = _generate_kwargs(engine)
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, output_logits=True, return_dict_in_generate=True, **kw)
+        got = torch.stack(out.logits, 1)[0].float()
+        impl = model.config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            ref = model(out.sequences[:, :-1]).logits[0, ids.shape[1] - 1:].float()
+        finally:
+            model.set_attn_implementation(impl)
+    return _compare(got, ref, f"{engine} ({impl} attention) vs eager attention")
+
+
+def _compare(got, ref, what: str) -> dict:
+    err = float((got - ref).abs().max())
+    rel = err / max(float(ref.abs().max()), 1e-30)
+    top1 = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
+    return {"what": what, "steps": int(ref.shape[0]), "max_abs_err": _sig(err), "rel_err": _sig(rel), "top1_agree": round(top1, 4)}
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def decode_vllm(torch, weights_dir: str, ids, new_tokens: int, device: str, dtype_name: str) -> tuple:
+    """Batch-1 greedy decode with vLLM's offline engine (LLM.generate on token ids); also its per-step logprobs."""
+    import os
+
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the JSON document
+    if device == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+
+    prompt = {"prompt_token_ids": ids[0].tolist()}
+    llm = LLM(model=weights_dir, skip_tokenizer_init=True, dtype=dtype_name, max_model_len=ids.shape[1] + new_tokens + 16,
+              **({"gpu_memory_utilization": 0.5} if device == "cuda" else {}))
+
+    def gen(n: int, logprobs=None):
+        sp = SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True, detokenize=False, logprobs=logprobs)
+        t0 = time.perf_counter()
+        out = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
+        return time.perf_counter() - t0, out
+
+    gen(new_tokens)  # warm-up
+    t1, _ = gen(1)
+    tn, out = gen(new_tokens, logprobs=0)
+    tpot = max(tn - t1, 1e-9) / (new_tokens - 1)
+    steps = [(tid, lp[tid].logprob) for tid, lp in zip(out.token_ids, out.logprobs)]
+    return {"tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2)}, steps
+
+
+def parity_vllm(torch, model, ids, steps: list) -> dict:
+    """vLLM's chosen tokens and their logprobs against transformers' eager reference on the same token sequence."""
+    seq = torch.cat([ids, torch.tensor([[t for t, _ in steps]], device=ids.device)], 1)
+    impl = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            ref = torch.log_softmax(model(seq[:, :-1]).logits[0, ids.shape[1] - 1:].float(), -1)
+    finally:
+        model.set_attn_implementation(impl)
+    chosen = torch.tensor([t for t, _ in steps], device=ref.device)
+    got = torch.tensor([lp for _, lp in steps], device=ref.device, dtype=torch.float32)
+    want = ref.gather(1, chosen[:, None])[:, 0]
+    err = float((got - want).abs().max())
+    return {"what": "vllm logprobs vs transformers eager", "steps": len(steps), "max_abs_err": _sig(err),
+            "rel_err": _sig(err / max(float(want.abs().max()), 1e-30)),
+            "top1_agree": round(float((ref.argmax(-1) == chosen).float().mean()), 4)}
+
+
+def split_last_word(text: str) -> tuple:
+    """LAMBADA's task: the context and the final word to predict."""
+    context, _, word = text.strip().rpartition(" ")
+    return context, word
+
+
+def lambada(torch, model, tok, path: str, engine: str, device: str, limit: int) -> dict:
+    """Last-word accuracy on a LAMBADA jsonl ({"text": ...} per line), greedy, as FasterTransformer's bloom_lambada:
+    correct when the generated tokens equal the tokens of " " + the last word."""
+    with open(path, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()][:limit]
+    kw = _generate_kwargs(engine)
+    correct = 0
+    t0 = time.perf_counter()
+    for text in texts:
+        context, word = split_last_word(text)
+        target = tok(" " + word, add_special_tokens=False).input_ids
+        ids = tok(context, return_tensors="pt").input_ids.to(device)
+        with torch.inference_mode():
+            out = model.generate(ids, max_new_tokens=len(target), min_new_tokens=len(target), **kw)
+        correct += out[0, ids.shape[1]:].tolist() == target
+    return {"engine": engine, "examples": len(texts), "correct": correct, "accuracy": round(correct / max(1, len(texts)), 4),
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: int, new_tokens: int, peak_gbs: float,
+                   parity: bool, lambada_path: str = "", lambada_limit: int = 0) -> tuple:
+    """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows)."""
+    import tempfile
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype_name = str(dtype).split(".")[-1]
+    model, tok, weights_dir = load_target(torch, target, device, dtype)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     roofline = peak_gbs * 1e9 / nbytes if peak_gbs else None
+    torch.manual_seed(1)
+    ids = torch.randint(10, model.config.vocab_size, (1, prompt_len), device=device)
+    rows, checks, accuracy = [], [], []
+    scratch = None
+    for engine in engines:
+        name = f"{target} {engine}"
+        try:
+            if engine == "vllm":
+                if weights_dir is None:
+                    scratch = scratch or tempfile.mkdtemp(prefix="envkit-shape-")
+                    model.save_pretrained(scratch)
+                    weights_dir = scratch
+                res, steps = decode_vllm(torch, weights_dir, ids, new_tokens, device, dtype_name)
+                par = parity_vllm(torch, model, ids, steps) if parity else None
+            else:
+                res = decode_hf(torch, model, tok, ids, engine, new_tokens, device)
+                par = parity_hf(torch, model, ids, engine, min(16, new_tokens)) if parity else None
+        except Exception as exc:
+            checks.append({"name": f"decode {name}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            continue
+        row = {"shape": target, "engine": engine, "device": device, "dtype": dtype_name, "weights_gb": round(nbytes / 1e9, 3),
+               "prompt_len": prompt_len, "new_tokens": new_tokens, **res,
+               "roofline_tokens_per_s": round(roofline, 1) if roofline else None,
+               "pct_of_roofline": round(100 * res["tokens_per_s"] / roofline, 1) if roofline else None}
+        rows.append(row)
+        sys.stderr.write("selftest: " + json.dumps(row) + "\n")
+        sys.stderr.flush()
+        if par:
+            tol = PARITY_TOLERANCE[dtype_name]
+            checks.append({"name": f"logits parity {name}", "ok": par["rel_err"] <= tol, **par,
+                           "detail": f"{par['what']}: max abs error {par['max_abs_err']:.3g}, {par['rel_err']:.2g} of the largest "
+                                     f"(pass <= {tol:g}); top-1 agreement {par['top1_agree']:.0%} over {par['steps']} steps"})
+        if lambada_path and engine != "vllm":
+            if tok is None:
+                checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs a model directory with its tokenizer (--model DIR)"})
+            else:
+                accuracy.append({"model": target, **lambada(torch, model, tok, lambada_path, engine, device, lambada_limit)})
     del model
-    torch.cuda.empty_cache()
-    return {"shape": shape, "engine": engine, "weights_gb": round(nbytes / 1e9, 2), "new_tokens": new_tokens,
-            "tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2),
-            "first_call_s": round(t_warm, 1), "roofline_tokens_per_s": round(roofline, 1) if roofline else None,
-            "pct_of_roofline": round(100 / tpot / roofline, 1) if roofline else None}
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    if scratch:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows, checks, accuracy
 
 
 def _nccl_worker(rank: int, world: int, port: int, size_mb: int, queue) -> None:
@@ -265,8 +454,9 @@ def arch_runs(cc: tuple, archs: list) -> bool:
     return False
 
 
-def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: float = 0.0) -> dict:
-    doc: dict = {"schema": 1, "python": platform.python_version(), "checks": [], "decode": None}
+def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: float = 0.0, models: tuple = (), parity: bool = False,
+        input_len: int = 128, output_len: int = 0, lambada_path: str = "", lambada_limit: int = 500) -> dict:
+    doc: dict = {"schema": 1, "python": platform.python_version(), "checks": [], "decode": None, "models": [], "lambada": []}
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
         import torch
@@ -285,23 +475,23 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         ok = arch_runs(cc, archs)
         doc["checks"].append({"name": "GPU arch in torch's build", "ok": ok, "detail": f"{torch.cuda.get_device_name(0)} {arch}; torch has {' '.join(archs)}"})
     doc["device"] = device
+    peak = peak_gbs or peak_bandwidth_gbs()
     if device == "cuda":
-        peak = peak_gbs or peak_bandwidth_gbs()
         for check in (lambda: [check_bandwidth(torch, peak)], lambda: [c for c in [check_flash_attn(torch)] if c], lambda: check_kernels(torch),
                       lambda: [c for c in [check_nccl(torch)] if c]):
             try:
                 doc["checks"].extend(check())
             except Exception as exc:
                 doc["checks"].append({"name": "GPU check", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
-        doc["models"] = []
-        for shape in shapes:
-            for engine in engines:
-                try:
-                    doc["models"].append(decode_shape(torch, shape, engine, 32 if quick else 128, peak))
-                    sys.stderr.write("selftest: " + json.dumps(doc["models"][-1]) + "\n")
-                    sys.stderr.flush()
-                except Exception as exc:
-                    doc["checks"].append({"name": f"decode {shape} {engine}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
+    new_tokens = output_len or (32 if quick else 128)
+    for target in (*shapes, *models):
+        try:
+            rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, lambada_path, lambada_limit)
+        except Exception as exc:  # the model itself could not be built or loaded
+            rows, checks, acc = [], [{"name": f"load {target}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}], []
+        doc["models"] += rows
+        doc["checks"] += checks
+        doc["lambada"] += acc
     try:
         doc["decode"] = decode(torch, device, prompt_len=16, new_tokens=32 if quick else 128)
         ok = doc["decode"]["tokens_per_s"] > 0
@@ -314,21 +504,36 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="envkit self-test (runs inside an image)")
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="checks and a short decode: a verdict in well under a minute")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--shape", action="append", default=[], choices=sorted(SHAPES), help="decode a random-weight model of this shape (GPU)")
-    p.add_argument("--engine", action="append", default=[], choices=["hf", "hf-static"])
+    p.add_argument("--shape", action="append", default=[], choices=sorted(SHAPES), help="decode a random-weight model of this shape")
+    p.add_argument("--model", action="append", default=[], metavar="DIR", help="decode a local model directory (its tokenizer too: characters/s)")
+    p.add_argument("--engine", action="append", default=[], choices=ENGINES, help="hf (eager), hf-static (static cache), vllm (offline engine)")
+    p.add_argument("--parity", action="store_true", help="compare each engine's logits with the eager-attention reference")
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens of the decode")
+    p.add_argument("--output-len", type=int, default=0, help="new tokens of the decode (default 128, 32 with --quick)")
+    p.add_argument("--lambada", default="", metavar="JSONL", help="LAMBADA last-word accuracy of each --model ({\"text\": ...} lines)")
+    p.add_argument("--lambada-limit", type=int, default=500, help="examples read from the LAMBADA file")
     p.add_argument("--peak-gbs", type=float, default=0.0, help="the GPU's HBM peak, when no /opt/envkit/solution.json says it")
     a = p.parse_args(argv)
-    doc = run(a.quick, tuple(a.shape), tuple(a.engine) or ("hf",), a.peak_gbs)
+    if a.input_len < 1 or a.output_len < 0 or a.output_len == 1:
+        p.error("--input-len must be at least 1 and --output-len at least 2")
+    out, sys.stdout = sys.stdout, sys.stderr  # what the libraries print must not mix into the document
+    try:
+        doc = run(a.quick, tuple(a.shape), tuple(a.engine) or ("hf",), a.peak_gbs, tuple(a.model), a.parity, a.input_len, a.output_len,
+                  a.lambada, a.lambada_limit)
+    finally:
+        sys.stdout = out
     if a.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         for c in doc["checks"]:
             sys.stdout.write(f"{'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}\n")
-        for mdl in doc.get("models", []):
-            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s, TTFT {mdl['ttft_ms']} ms, "
-                             f"{mdl['pct_of_roofline']}% of {mdl['roofline_tokens_per_s']} tok/s roofline\n")
+        for mdl in doc["models"]:
+            roof = f", {mdl['pct_of_roofline']}% of {mdl['roofline_tokens_per_s']} tok/s roofline" if mdl["roofline_tokens_per_s"] else ""
+            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s, TTFT {mdl['ttft_ms']} ms{roof}\n")
+        for acc in doc["lambada"]:
+            sys.stdout.write(f"     LAMBADA {acc['model']} {acc['engine']}: {acc['accuracy']:.1%} of {acc['examples']} in {acc['seconds']} s\n")
     return 0 if doc["ok"] else 1
 
 

@@ -24,7 +24,7 @@ from pngread import decode_png
 
 ROOT = Path(__file__).resolve().parents[2]
 VPY = ROOT / ".vllm-venv" / "bin" / "python"
-WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()
+WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()  # as make_tiny_model.py
 
 
 def pinned(core: int) -> list:
@@ -118,3 +118,67 @@ def test_rejected_requests_are_rows_with_the_servers_reason_and_exit_1(vllm_serv
     lv = json.loads(p.stdout)["levels"][0]
     assert lv["completed"] == 0 and lv["failed"] == 4
     assert lv["errors"][0].startswith("HTTP 400") and "512" in lv["errors"][0]   # the server's max-model-len, in its words
+
+
+# The self-test's model paths (transformers eager and static cache, vLLM's offline engine, logits parity, LAMBADA)
+# run here on the CPU with the vLLM environment's Python, as they would inside an image that has them.
+
+def selftest_py(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return subprocess.run([str(VPY), str(ROOT / "envkit/selftest.py"), *args], capture_output=True, text=True, timeout=1200, cwd=cwd, env=env)
+
+
+def test_model_decode_with_three_engines_and_logits_parity(vllm_server, tmp_path):
+    p = selftest_py("--model", str(vllm_server["model"]), "--shape", "tiny", "--engine", "hf", "--engine", "hf-static", "--engine", "vllm",
+                    "--parity", "--input-len", "32", "--output-len", "16", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    rows = {(m["shape"], m["engine"]): m for m in doc["models"]}
+    assert set(rows) == {(t, e) for t in ("tiny", str(vllm_server["model"])) for e in ("hf", "hf-static", "vllm")}
+    for row in rows.values():
+        assert row["tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["new_tokens"] == 16 and row["dtype"] == "float32"
+    assert rows[(str(vllm_server["model"]), "hf")]["chars_per_s"] > 0          # the model dir has a tokenizer
+    parity = [c for c in doc["checks"] if c["name"].startswith("logits parity")]
+    assert len(parity) == 6 and all(c["ok"] and c["rel_err"] <= 1e-3 and c["top1_agree"] == 1.0 for c in parity)
+
+
+def test_lambada_accuracy_of_the_trained_tiny_model(vllm_server, tmp_path):
+    """The tiny model is trained to predict the next word of WORDS in order (tests/vllm/make_tiny_model.py): ten
+    LAMBADA lines end in that word, ten in another; the self-test must score exactly the first ten right."""
+    lines = []
+    for i in range(10):
+        context = [WORDS[(i * 3 + j) % len(WORDS)] for j in range(12 + i)]
+        lines.append({"text": " ".join(context + [WORDS[(i * 3 + 12 + i) % len(WORDS)]])})
+        lines.append({"text": " ".join(context + [WORDS[(i * 3 + 17 + i) % len(WORDS)]])})
+    data = tmp_path / "lambada.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    p = selftest_py("--model", str(vllm_server["model"]), "--engine", "hf", "--engine", "hf-static", "--lambada", str(data),
+                    "--output-len", "4", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    acc = {a["engine"]: a for a in json.loads(p.stdout)["lambada"]}
+    assert set(acc) == {"hf", "hf-static"}
+    for a in acc.values():
+        assert (a["examples"], a["correct"], a["accuracy"]) == (20, 10, 0.5)
+
+
+def test_lambada_without_a_tokenizer_is_a_failed_check(tmp_path):
+    data = tmp_path / "lambada.jsonl"
+    data.write_text('{"text": "the of and"}\n')
+    p = selftest_py("--shape", "tiny", "--lambada", str(data), "--output-len", "2", "--json", cwd=tmp_path)
+    assert p.returncode == 1
+    failed = [c for c in json.loads(p.stdout)["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["lambada tiny hf"] and "tokenizer" in failed[0]["detail"]
+
+
+def test_parity_check_fails_when_logits_drift():
+    code = ("import sys, torch; sys.path.insert(0, 'envkit'); import selftest as s\n"
+            "ref = torch.randn(8, 100); r = s._compare(ref + 0.01 * ref.abs().max(), ref, 'x')\n"
+            "print(r['rel_err'] > s.PARITY_TOLERANCE['float32'], r['top1_agree'])")
+    p = subprocess.run([str(VPY), "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "1.0"]        # a uniform shift keeps the argmax yet fails the tolerance
+
+
+def test_selftest_refuses_a_shape_it_does_not_know(tmp_path):
+    p = selftest_py("--shape", "gpt-5", cwd=tmp_path)
+    assert p.returncode == 2 and "invalid choice: 'gpt-5'" in p.stderr

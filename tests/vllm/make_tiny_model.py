@@ -1,15 +1,26 @@
-"""Write a tiny random Llama model and a small BPE tokenizer into DIR (for a real vLLM CPU server).
+"""Write a tiny Llama model and a small BPE tokenizer into DIR (for a real vLLM CPU server and the self-test).
 
-    python make_tiny_model.py DIR      (run with the vLLM environment's Python: transformers, tokenizers)
+    python make_tiny_model.py DIR      (run with the vLLM environment's Python: torch, transformers, tokenizers)
+
+The corpus is lines of WORDS in order (each word followed by the next one, wrapping around). The model is
+trained on it for a few seconds, so it predicts the next word: a real, if tiny, language model whose
+LAMBADA-style last-word accuracy is known (lines that follow the order: right; lines that break it: wrong).
 """
 import sys
 
+import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()
+
+
+def line(start: int, n: int) -> str:
+    return " ".join(WORDS[(start + j) % len(WORDS)] for j in range(n))
+
+
 out = sys.argv[1]
-words = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()
-text = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) for i in range(400)]
+text = [line(i * 7, 40) for i in range(400)]
 tok = Tokenizer(models.BPE(unk_token="<unk>"))
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"],
@@ -18,5 +29,14 @@ fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_toke
 fast.save_pretrained(out)
 cfg = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=4, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2)
-LlamaForCausalLM(cfg).save_pretrained(out)
-print(out)
+torch.manual_seed(0)
+model = LlamaForCausalLM(cfg)
+batch = torch.tensor([fast(line(i, 40), add_special_tokens=False).input_ids[:40] for i in range(len(WORDS))])
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+for step in range(150):
+    loss = model(batch, labels=batch).loss
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"{out}: trained to loss {loss.item():.4f}")
+model.save_pretrained(out)

@@ -334,24 +334,48 @@ def _serving_sweep(engine_url: str, model: str, concurrency: str, num_prompts: i
             "output_len": output_len, "levels": levels, "ok": all(lv["completed"] > 0 for lv in levels)}
 
 
+def _selftest_args(quick: bool, shapes: list, models: list, engines: list, parity: bool, input_len: int, output_len: Optional[int],
+                   lambada: Optional[str]) -> list:
+    """The argument list of envkit/selftest.py (the same script runs here and inside images)."""
+    args = ["--json"] + (["--quick"] if quick else []) + (["--parity"] if parity else [])
+    for flag, values in (("--shape", shapes), ("--model", models), ("--engine", engines)):
+        for v in values:
+            args += [flag, v]
+    args += ["--input-len", str(input_len)] + (["--output-len", str(output_len)] if output_len else [])
+    return args + (["--lambada", lambada] if lambada else [])
+
+
 @app.command()
 def selftest(
-    image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none) instead of here"),
-    quick: bool = typer.Option(False, "--quick", help="fewer tokens"),
-    engine_url: Optional[str] = typer.Option(None, "--engine", help="openai:URL runs the serving sweep against that endpoint"),
-    model: str = typer.Option("default", "--model", help="served model name (with --engine openai:URL)"),
+    image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none, GPUs passed in) instead of here"),
+    quick: bool = typer.Option(False, "--quick", help="the checks and a short decode: a verdict within a minute"),
+    engines: list[str] = typer.Option([], "--engine", help="hf, hf-static, vllm (decode engines; repeat) or openai:URL (the serving sweep)"),
+    shapes: list[str] = typer.Option([], "--shape", help="decode a random-weight model of this shape: llama-2-7b, qwen-7b, qwen-14b, "
+                                                         "chatglm2-6b, bloom-7b1, tiny (repeat)"),
+    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name"),
+    parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with the eager-attention reference"),
+    lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per engine"),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", help="concurrency levels of the serving sweep"),
     num_prompts: int = typer.Option(64, "--num-prompts", min=1, help="requests per concurrency level"),
-    input_len: int = typer.Option(128, "--input-len", min=1, help="prompt tokens of the random workload"),
-    output_len: int = typer.Option(128, "--output-len", min=2, help="tokens generated per request"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) instead of random token ids"),
+    input_len: int = typer.Option(128, "--input-len", min=1, help="prompt tokens (decode, and the sweep's random workload)"),
+    output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
     as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
     report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
     junit: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
 ) -> None:
-    """Check torch and the GPU and decode with a tiny model; or sweep an OpenAI-compatible server (TTFT, TPOT, throughput)."""
-    if engine_url:
-        doc = _serving_sweep(engine_url, model, concurrency, num_prompts, input_len, output_len, dataset, as_json)
+    """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
+    from .errors import InputError
+
+    urls = [e for e in engines if e.startswith("openai:")]
+    decoders = [e for e in engines if not e.startswith("openai:")]
+    for e in decoders:
+        if e not in ("hf", "hf-static", "vllm"):
+            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+    if urls:
+        if len(urls) > 1 or decoders or shapes:
+            raise InputError("--engine openai:URL sweeps one server and decodes nothing locally", "run the sweep and the decode separately")
+        doc = _serving_sweep(urls[0], model or "default", concurrency, num_prompts, input_len, output_len or 128, dataset, as_json)
         if report:
             from .plot import sweep_chart
 
@@ -370,25 +394,42 @@ def selftest(
         if not doc["ok"]:
             raise typer.Exit(EXIT_NO_SOLUTION)
         return
+    from .selftest import SHAPES
+
+    for sh in shapes:
+        if sh not in SHAPES:
+            raise InputError(f"--shape {sh!r} is not a known shape", f"choose one of {', '.join(sorted(SHAPES))}")
+    for path, what in ((model, "--model"), (lambada, "--lambada")):
+        if path and not Path(path).exists():
+            raise InputError(f"{what} {path}: no such file or directory", f"give an existing path to {what}")
+    if lambada and not model:
+        raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
     if image:
         from .engine import Engine
         from .errors import ExternalError
 
+        volumes, inner_model, inner_lambada = {}, model, lambada
+        if model:
+            inner_model = "/envkit-model"
+            volumes[str(Path(model).resolve())] = {"bind": inner_model, "mode": "ro"}
+        if lambada:
+            inner_lambada = "/envkit-lambada.jsonl"
+            volumes[str(Path(lambada).resolve())] = {"bind": inner_lambada, "mode": "ro"}
+        args = _selftest_args(quick, shapes, [inner_model] if model else [], decoders, parity, input_len, output_len, inner_lambada)
         engine = Engine.connect()
-        args = ["python", "/opt/envkit/selftest.py", "--json"] + (["--quick"] if quick else [])
-        rc, logs = engine.run(image, args, {}, network="none")
-        start = logs.find("{")
+        if not engine.has_image(image):
+            raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
+        rc, out, err, _ = engine.run_with_gpus(image, ["python", "/opt/envkit/selftest.py", *args], volumes)
         try:
-            doc = json.loads(logs[start:]) if start >= 0 else None
+            doc = json.loads(out)
         except json.JSONDecodeError:
-            doc = None
-        if doc is None:
-            raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {logs.strip()[-200:]}",
-                                "is it an envkit-built image? (/opt/envkit/selftest.py)")
+            raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
+                                "is it an envkit-built image? (/opt/envkit/selftest.py)") from None
     else:
         from .selftest import run as run_selftest
 
-        doc = run_selftest(quick)
+        doc = run_selftest(quick, tuple(shapes), tuple(decoders) or ("hf",), 0.0, (model,) if model else (), parity, input_len,
+                           output_len or 0, lambada or "")
     if report:
         _write_report(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit:

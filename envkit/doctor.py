@@ -73,26 +73,7 @@ def probe_image(image: str, deep: bool) -> dict:
         raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
     script = (Path(__file__).resolve().parent / "probe.py").read_text()
     cmd = ["python3", "-c", script] + (["--deep"] if deep else [])
-    gpus = True
-    try:
-        import docker.types
-
-        c = engine.client.containers.create(image, cmd, network_mode="none",
-                                            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
-        try:
-            c.start()
-        except Exception:
-            c.remove(force=True)
-            raise
-    except Exception:  # no GPU runtime on this engine: probe without GPUs, and say so
-        gpus = False
-        c = engine.client.containers.create(image, cmd, network_mode="none")
-        c.start()
-    try:
-        c.wait()
-        out = c.logs(stderr=False).decode(errors="replace")
-    finally:
-        c.remove(force=True)
+    _, out, _, gpus = engine.run_with_gpus(image, cmd)
     try:
         rec = json.loads(out[out.find("{"):])
     except ValueError:

@@ -69,6 +69,32 @@ class Engine:
             c.remove(force=True)
         return rc, logs
 
+    def run_with_gpus(self, image: str, command: list[str], volumes: Optional[dict] = None) -> tuple[int, str, str, bool]:
+        """Run with the network off and every GPU passed in where the engine has a GPU runtime, else without:
+        (exit status, stdout, stderr, whether the GPUs were passed)."""
+        import docker.types
+
+        kw = dict(network_mode="none", volumes=volumes or {})
+        gpus = True
+        try:
+            c = self.client.containers.create(image, command, device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], **kw)
+            try:
+                c.start()
+            except Exception:
+                c.remove(force=True)
+                raise
+        except Exception:  # no GPU runtime on this engine
+            gpus = False
+            c = self.client.containers.create(image, command, **kw)
+            c.start()
+        try:
+            rc = c.wait()["StatusCode"]
+            out = c.logs(stderr=False).decode(errors="replace")
+            err = c.logs(stdout=False).decode(errors="replace")
+        finally:
+            c.remove(force=True)
+        return rc, out, err, gpus
+
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
               dockerfile: str = "Dockerfile") -> Iterator[dict]:
         """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages."""

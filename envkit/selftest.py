@@ -80,7 +80,6 @@ SHAPES = {
 }
 ENGINES = ("hf", "hf-static", "vllm")
 PASS_BANDWIDTH = 0.5  # a healthy HBM GPU streams a GEMV at well over half its peak
-PARITY_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.05, "float16": 0.02}  # max |logit diff| / max |reference logit|
 
 
 def peak_bandwidth_gbs(default: float = 0.0) -> float:
@@ -238,26 +237,48 @@ def decode_hf(torch, model, tok, ids, engine: str, new_tokens: int, device: str)
     return res
 
 
+def eager_references(torch, model, seq, start: int) -> tuple:
+    """Eager-attention logits over seq from position start: at the model's dtype, and in float32 (a float32 copy),
+    the precise reference both are measured against."""
+    import copy
+
+    impl = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            same = model(seq).logits[0, start:].float()
+    finally:
+        model.set_attn_implementation(impl)
+    if model.dtype == torch.float32:
+        return same, same
+    ref_model = copy.deepcopy(model).float()
+    ref_model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = ref_model(seq).logits[0, start:].float()
+    del ref_model
+    return same, ref
+
+
 def parity_hf(torch, model, ids, engine: str, steps: int) -> dict:
-    """The engine's per-step logits from generate against the eager-attention reference on the same tokens."""
+    """The engine's per-step logits from generate against the float32 eager-attention reference on the same tokens,
+    beside the eager path's own error at the model's dtype."""
     kw = _generate_kwargs(engine)
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, output_logits=True, return_dict_in_generate=True, **kw)
-        got = torch.stack(out.logits, 1)[0].float()
-        impl = model.config._attn_implementation
-        model.set_attn_implementation("eager")
-        try:
-            ref = model(out.sequences[:, :-1]).logits[0, ids.shape[1] - 1:].float()
-        finally:
-            model.set_attn_implementation(impl)
-    return _compare(got, ref, f"{engine} ({impl} attention) vs eager attention")
+    got = torch.stack(out.logits, 1)[0].float()
+    eager, ref = eager_references(torch, model, out.sequences[:, :-1], ids.shape[1] - 1)
+    return _compare(got, eager, ref, f"{engine} ({model.config._attn_implementation} attention)")
 
 
-def _compare(got, ref, what: str) -> dict:
-    err = float((got - ref).abs().max())
-    rel = err / max(float(ref.abs().max()), 1e-30)
-    top1 = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
-    return {"what": what, "steps": int(ref.shape[0]), "max_abs_err": _sig(err), "rel_err": _sig(rel), "top1_agree": round(top1, 4)}
+def _compare(got, eager, ref, what: str) -> dict:
+    """The accelerated path passes when it is no further from the float32 reference than twice the eager path at the
+    same dtype, plus 0.1 % of the largest logit (the float32 floor)."""
+    scale = max(float(ref.abs().max()), 1e-30)
+    err, eager_err = float((got - ref).abs().max()), float((eager - ref).abs().max())
+    return {"what": what, "steps": int(ref.shape[0]), "max_abs_err": _sig(err), "eager_max_abs_err": _sig(eager_err),
+            "allowed_abs_err": _sig(2 * eager_err + 1e-3 * scale), "ok": err <= 2 * eager_err + 1e-3 * scale,
+            "top1_agree": round(float((got.argmax(-1) == ref.argmax(-1)).float().mean()), 4),
+            "eager_top1_agree": round(float((eager.argmax(-1) == ref.argmax(-1)).float().mean()), 4)}
 
 
 def _sig(x: float) -> float:
@@ -292,22 +313,15 @@ def decode_vllm(torch, weights_dir: str, ids, new_tokens: int, device: str, dtyp
 
 
 def parity_vllm(torch, model, ids, steps: list) -> dict:
-    """vLLM's chosen tokens and their logprobs against transformers' eager reference on the same token sequence."""
+    """vLLM's logprobs of its chosen tokens against transformers' float32 eager reference on the same token sequence."""
     seq = torch.cat([ids, torch.tensor([[t for t, _ in steps]], device=ids.device)], 1)
-    impl = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.inference_mode():
-            ref = torch.log_softmax(model(seq[:, :-1]).logits[0, ids.shape[1] - 1:].float(), -1)
-    finally:
-        model.set_attn_implementation(impl)
-    chosen = torch.tensor([t for t, _ in steps], device=ref.device)
-    got = torch.tensor([lp for _, lp in steps], device=ref.device, dtype=torch.float32)
-    want = ref.gather(1, chosen[:, None])[:, 0]
-    err = float((got - want).abs().max())
-    return {"what": "vllm logprobs vs transformers eager", "steps": len(steps), "max_abs_err": _sig(err),
-            "rel_err": _sig(err / max(float(want.abs().max()), 1e-30)),
-            "top1_agree": round(float((ref.argmax(-1) == chosen).float().mean()), 4)}
+    eager, ref = eager_references(torch, model, seq[:, :-1], ids.shape[1] - 1)
+    chosen = torch.tensor([[t] for t, _ in steps], device=ref.device)
+    got = torch.tensor([[lp] for _, lp in steps], device=ref.device, dtype=torch.float32)
+    res = _compare(got, *(torch.log_softmax(x, -1).gather(1, chosen) for x in (eager, ref)), "vllm logprobs")
+    res["top1_agree"] = round(float((ref.argmax(-1) == chosen[:, 0]).float().mean()), 4)
+    res["eager_top1_agree"] = round(float((eager.argmax(-1) == ref.argmax(-1)).float().mean()), 4)
+    return res
 
 
 def split_last_word(text: str) -> tuple:
@@ -373,10 +387,10 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
         sys.stderr.write("selftest: " + json.dumps(row) + "\n")
         sys.stderr.flush()
         if par:
-            tol = PARITY_TOLERANCE[dtype_name]
-            checks.append({"name": f"logits parity {name}", "ok": par["rel_err"] <= tol, **par,
-                           "detail": f"{par['what']}: max abs error {par['max_abs_err']:.3g}, {par['rel_err']:.2g} of the largest "
-                                     f"(pass <= {tol:g}); top-1 agreement {par['top1_agree']:.0%} over {par['steps']} steps"})
+            checks.append({"name": f"logits parity {name}", **par,
+                           "detail": f"{par['what']} vs float32 eager: max abs error {par['max_abs_err']:.3g} (eager attention at {dtype_name}: "
+                                     f"{par['eager_max_abs_err']:.3g}; pass <= {par['allowed_abs_err']:.3g}); top-1 agreement "
+                                     f"{par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) over {par['steps']} steps"})
         if lambada_path and engine != "vllm":
             if tok is None:
                 checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs a model directory with its tokenizer (--model DIR)"})

@@ -75,3 +75,30 @@ def test_matrix_check_and_show() -> None:
     p = run("matrix", "show", "vllm")
     assert p.returncode == 0 and "0.2.7" in p.stdout
     assert run("matrix", "show", "nope").returncode == 2
+
+
+def test_selftest_bad_input_is_one_line_and_exit_2(tmp_path) -> None:
+    bad_dataset = tmp_path / "d.jsonl"
+    bad_dataset.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    cases = [
+        (("--engine", "trt"), "--engine 'trt' is not an engine"),
+        (("--shape", "gpt-5"), "--shape 'gpt-5' is not a known shape"),
+        (("--model", str(tmp_path / "missing")), "no such file or directory"),
+        (("--lambada", str(bad_dataset)), "--lambada needs --model DIR"),
+        (("--engine", "openai:http://127.0.0.1:9", "--engine", "hf"), "decodes nothing locally"),
+        (("--engine", "openai:http://127.0.0.1:9", "--dataset", str(bad_dataset)), 'line 2 has no "prompt" string'),
+        (("--engine", "openai:http://127.0.0.1:9", "--concurrency", "1,x"), "is not a list of integers"),
+        (("--engine", "openai:127.0.0.1:9"), "the serving sweep takes openai:URL"),
+    ]
+    for args, message in cases:
+        p = run("selftest", *args)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert message in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert len(p.stderr.strip().splitlines()) <= 2, p.stderr            # the problem and its fix
+
+
+def test_selftest_report_dir_that_cannot_be_written_exit_2(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = run("selftest", "--quick", "--report", str(blocker / "rep"))
+    assert p.returncode == 2 and "cannot write the report" in p.stderr

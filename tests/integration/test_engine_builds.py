@@ -34,7 +34,9 @@ def engine():
     assert p.returncode == 0, "no Docker Engine answers: run ./scripts/test.sh (it starts one) or ./scripts/start-docker.sh"
     p = docker("image", "inspect", BASE)
     assert p.returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
-    return True
+    yield True
+    # each rebuild leaves the previous envkit-built image untagged: drop those (about 1 GB each), keep the rest
+    docker("image", "prune", "-f", "--filter", "label=io.envkit.solution")
 
 
 @pytest.fixture(scope="module")

@@ -235,6 +235,22 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         t.add_row("tokens/s", f"{d['tokens_per_s']}", f"{d['model']}, batch 1, {d['new_tokens']} new tokens")
         t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
+    if doc.get("models"):
+        m = Table(title="batch-1 decode", title_justify="left", header_style="bold")
+        for col in ("model", "engine", "weights GB", "tokens/s", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
+            m.add_column(col, justify="left" if col in ("model", "engine") else "right")
+        for r in doc["models"]:
+            roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
+            m.add_row(r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), str(r.get("chars_per_s", "-")),
+                      str(r["ttft_ms"]), str(r["tpot_ms"]), roof)
+        c.print(m)
+    if doc.get("lambada"):
+        la = Table(title="LAMBADA last-word accuracy", title_justify="left", header_style="bold")
+        for col in ("model", "engine", "examples", "accuracy", "seconds"):
+            la.add_column(col, justify="left" if col in ("model", "engine") else "right")
+        for r in doc["lambada"]:
+            la.add_row(r["model"], r["engine"], str(r["examples"]), f"{r['accuracy']:.1%}", str(r["seconds"]))
+        c.print(la)
 
 
 def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None) -> None:
@@ -309,17 +325,20 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     c = console or _console()
     workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
     t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)",
-              title_justify="left", header_style="bold")
-    for col in ("batch", "requests", "failed", "req/s", "input tok/s", "output tok/s", "mean TTFT ms", "P99 TTFT ms",
-                "mean TPOT ms", "P99 TPOT ms"):
-        t.add_column(col, justify="right")
+              title_justify="left", header_style="bold", pad_edge=False)
+    def ms(v) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [[str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
+             f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", ms(lv["mean_ttft_ms"]), ms(lv["p99_ttft_ms"]),
+             ms(lv["mean_tpot_ms"]), ms(lv["p99_tpot_ms"])] for lv in doc["levels"]]
+    for i, col in enumerate(("batch", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "P99 TTFT", "TPOT ms", "P99 TPOT")):
+        t.add_column(col, justify="right", min_width=max(len(r[i]) for r in rows))  # headers wrap, figures never do
     failures = any(lv["failed"] for lv in doc["levels"])
     if failures:
-        t.add_column("note")
-    for lv in doc["levels"]:
-        t.add_row(str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
-                  f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", str(lv["mean_ttft_ms"]), str(lv["p99_ttft_ms"]),
-                  str(lv["mean_tpot_ms"]), str(lv["p99_tpot_ms"]), *([_level_note(lv)] if failures else []))
+        t.add_column("note", overflow="fold")
+    for row, lv in zip(rows, doc["levels"]):
+        t.add_row(*row, *([_level_note(lv)] if failures else []))
     c.print(t)
 
 

@@ -33,3 +33,18 @@ def test_sweep_chart_has_two_panels_and_marks_the_failed_level():
     for x0, x1 in ((0, 560), (560, 1120)):                   # each panel: a blue series and a red cross
         assert ink(rows, BLUE, x0, x1) > 200
         assert ink(rows, RED, x0, x1) > 50
+
+
+def test_selftest_tables_show_decode_and_lambada_rows():
+    from rich.console import Console
+
+    from envkit.report import print_selftest
+
+    doc = {"checks": [{"name": "torch imports", "ok": True, "detail": "2.11.0+cu130"}], "decode": None, "device": "cuda",
+           "models": [{"shape": "llama-2-7b", "engine": "hf-static", "weights_gb": 13.477, "tokens_per_s": 157.2, "ttft_ms": 20.4,
+                       "tpot_ms": 6.36, "roofline_tokens_per_s": 356.2, "pct_of_roofline": 44.1}],
+           "lambada": [{"model": "/m", "engine": "hf", "examples": 20, "correct": 10, "accuracy": 0.5, "seconds": 0.1}]}
+    console = Console(record=True, width=200)
+    print_selftest(doc, None, console)
+    text = console.export_text()
+    assert "157.2" in text and "44.1 % of 356.2" in text and "50.0%" in text

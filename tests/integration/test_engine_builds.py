@@ -68,6 +68,19 @@ def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selft
     assert result["ok"] and result["torch"] == "2.13.0+cpu" and result["decode"]["tokens_per_s"] > 0
 
 
+def test_selftest_in_an_image_without_transformers_names_what_is_missing(bundle, tmp_path):
+    """A model directory is mounted read-only into the image; the demo image has torch but not transformers,
+    so decoding a model is a failed check that says so (exit 1, the JSON document intact)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    s = envkit("selftest", "--image", "envkit-test/cpu:offline", "--model", str(model), "--engine", "hf", "--output-len", "4", "--json")
+    assert s.returncode == 1, s.stderr
+    failed = [c for c in json.loads(s.stdout)["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["load /envkit-model"]
+    assert "No module named 'transformers'" in failed[0]["detail"]
+
+
 def test_doctor_judges_the_built_images_stack_on_this_host(bundle):
     p = envkit("doctor", "--image", "envkit-test/cpu:offline", "--deep", "--json")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from .errors import EnvkitError
+from .selftest import ENGINES as SELFTEST_ENGINES, SHAPES as SELFTEST_SHAPES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Resolve, generate, build and self-test GPU environments for LLM serving.")
@@ -288,17 +289,31 @@ def _build_context(context, *, offline: bool, tag: Optional[str], network: str, 
         print_build(result, offline, console)
 
 
-def _write_report(report: str, files: dict) -> None:
-    """Every report file written whole (temp file + rename), or none named in the error."""
+def _report_dir(report: str) -> Path:
+    """The report directory, made and proven writable before any long run."""
     from .errors import InputError
 
+    out = Path(report)
     try:
-        out = Path(report)
         out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".envkit-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"cannot write the report into {report}: {exc.strerror}", "give a writable --report directory") from None
+    return out
+
+
+def _write_report(report: str, files: dict) -> None:
+    """Every file written to a .part first, then all renamed: a report is whole or left as it was."""
+    from .errors import InputError
+
+    out = _report_dir(report)
+    try:
         for name, data in files.items():
-            tmp = out / f".{name}.part"
-            tmp.write_bytes(data)
-            os.replace(tmp, out / name)
+            (out / f".{name}.part").write_bytes(data)
+        for name in files:
+            os.replace(out / f".{name}.part", out / name)
     except OSError as exc:
         raise InputError(f"cannot write the report into {report}: {exc.strerror}", "give a writable --report directory") from None
 
@@ -331,33 +346,45 @@ def _serving_sweep(engine_url: str, model: str, concurrency: str, num_prompts: i
     with sweep_progress(as_json) as progress:
         levels = sweep(url, model, levels_asked, requests, progress=progress)
     return {"schema": 1, "engine": url, "model": model, "dataset": dataset, "input_len": None if dataset else input_len,
-            "output_len": output_len, "levels": levels, "ok": all(lv["completed"] > 0 for lv in levels)}
+            "output_len": output_len, "levels": levels, "ok": all(lv["failed"] == 0 for lv in levels)}
 
 
-def _selftest_args(quick: bool, shapes: list, models: list, engines: list, parity: bool, input_len: int, output_len: Optional[int],
-                   lambada: Optional[str]) -> list:
-    """The argument list of envkit/selftest.py (the same script runs here and inside images)."""
+def _selftest_args(quick: bool, shapes: list, models: list, engines: list, parity: bool, input_len: Optional[int],
+                   output_len: Optional[int], lambada: Optional[str], peak_gbs: Optional[float]) -> list:
+    """The arguments of envkit/selftest.py (the same script runs here and inside images): only what was asked, so
+    images built by an older envkit, whose script knows fewer options, still run a plain self-test."""
     args = ["--json"] + (["--quick"] if quick else []) + (["--parity"] if parity else [])
     for flag, values in (("--shape", shapes), ("--model", models), ("--engine", engines)):
         for v in values:
             args += [flag, v]
-    args += ["--input-len", str(input_len)] + (["--output-len", str(output_len)] if output_len else [])
-    return args + (["--lambada", lambada] if lambada else [])
+    for flag, value in (("--input-len", input_len), ("--output-len", output_len), ("--lambada", lambada), ("--peak-gbs", peak_gbs)):
+        if value:
+            args += [flag, str(value)]
+    return args
+
+
+def _no_gpus_passed(doc: dict) -> dict:
+    """A host with NVIDIA GPUs whose engine could not pass them in: the image was not tested on them, say so."""
+    doc["checks"].append({"name": "GPUs passed into the container", "ok": False,
+                          "detail": "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test ran on the CPU; "
+                                    "install nvidia-container-toolkit and configure the engine"})
+    doc["ok"] = False
+    return doc
 
 
 @app.command()
 def selftest(
     image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none, GPUs passed in) instead of here"),
     quick: bool = typer.Option(False, "--quick", help="the checks and a short decode: a verdict within a minute"),
-    engines: list[str] = typer.Option([], "--engine", help="hf, hf-static, vllm (decode engines; repeat) or openai:URL (the serving sweep)"),
-    shapes: list[str] = typer.Option([], "--shape", help="decode a random-weight model of this shape: llama-2-7b, qwen-7b, qwen-14b, "
-                                                         "chatglm2-6b, bloom-7b1, tiny (repeat)"),
+    engines: list[str] = typer.Option([], "--engine", help=f"{', '.join(SELFTEST_ENGINES)} (decode engines; repeat) or openai:URL (the serving sweep)"),
+    shapes: list[str] = typer.Option([], "--shape", help=f"decode a random-weight model of this shape: {', '.join(SELFTEST_SHAPES)} (repeat)"),
     model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name"),
-    parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with the eager-attention reference"),
-    lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per engine"),
+    parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with a float32 eager-attention reference"),
+    lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per HF engine"),
+    peak_gbs: Optional[float] = typer.Option(None, "--peak-gbs", min=0.0, help="the GPU's HBM peak in GB/s, where no image solution says it"),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", help="concurrency levels of the serving sweep"),
     num_prompts: int = typer.Option(64, "--num-prompts", min=1, help="requests per concurrency level"),
-    input_len: int = typer.Option(128, "--input-len", min=1, help="prompt tokens (decode, and the sweep's random workload)"),
+    input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="prompt tokens (default 128; decode, and the sweep's random workload)"),
     output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
     as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
@@ -370,12 +397,17 @@ def selftest(
     urls = [e for e in engines if e.startswith("openai:")]
     decoders = [e for e in engines if not e.startswith("openai:")]
     for e in decoders:
-        if e not in ("hf", "hf-static", "vllm"):
+        if e not in SELFTEST_ENGINES:
             raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+    if report:
+        _report_dir(report)
     if urls:
-        if len(urls) > 1 or decoders or shapes:
-            raise InputError("--engine openai:URL sweeps one server and decodes nothing locally", "run the sweep and the decode separately")
-        doc = _serving_sweep(urls[0], model or "default", concurrency, num_prompts, input_len, output_len or 128, dataset, as_json)
+        local = [flag for flag, on in (("--engine " + " ".join(decoders), decoders), ("--shape", shapes), ("--image", image), ("--parity", parity),
+                                       ("--lambada", lambada), ("--quick", quick), ("--peak-gbs", peak_gbs)) if on]
+        if len(urls) > 1 or local:
+            raise InputError(f"--engine openai:URL sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
+                             "run the sweep and the local self-test as two commands")
+        doc = _serving_sweep(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset, as_json)
         if report:
             from .plot import sweep_chart
 
@@ -394,16 +426,27 @@ def selftest(
         if not doc["ok"]:
             raise typer.Exit(EXIT_NO_SOLUTION)
         return
-    from .selftest import SHAPES
-
+    if dataset:
+        raise InputError("--dataset is the serving sweep's workload", "add --engine openai:URL, or drop --dataset")
     for sh in shapes:
-        if sh not in SHAPES:
-            raise InputError(f"--shape {sh!r} is not a known shape", f"choose one of {', '.join(sorted(SHAPES))}")
+        if sh not in SELFTEST_SHAPES:
+            raise InputError(f"--shape {sh!r} is not a known shape", f"choose one of {', '.join(sorted(SELFTEST_SHAPES))}")
     for path, what in ((model, "--model"), (lambada, "--lambada")):
         if path and not Path(path).exists():
             raise InputError(f"{what} {path}: no such file or directory", f"give an existing path to {what}")
-    if lambada and not model:
-        raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
+    if lambada:
+        from .selftest import read_lambada
+        from .userfile import read_text
+
+        if not model:
+            raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
+        fix = 'give a JSONL file of {"text": "... last word"} lines (LAMBADA\'s format)'
+        try:
+            read_lambada(read_text(lambada, "LAMBADA file", fix), 0)
+        except ValueError as exc:
+            raise InputError(f"cannot read LAMBADA file {lambada}: {exc}", fix) from None
+        if decoders and not set(decoders) & {"hf", "hf-static"}:
+            raise InputError("--lambada runs on the hf and hf-static engines", "add --engine hf")
     if image:
         from .engine import Engine
         from .errors import ExternalError
@@ -415,21 +458,25 @@ def selftest(
         if lambada:
             inner_lambada = "/envkit-lambada.jsonl"
             volumes[str(Path(lambada).resolve())] = {"bind": inner_lambada, "mode": "ro"}
-        args = _selftest_args(quick, shapes, [inner_model] if model else [], decoders, parity, input_len, output_len, inner_lambada)
+        args = _selftest_args(quick, shapes, [inner_model] if model else [], decoders, parity, input_len, output_len, inner_lambada, peak_gbs)
         engine = Engine.connect()
         if not engine.has_image(image):
             raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
-        rc, out, err, _ = engine.run_with_gpus(image, ["python", "/opt/envkit/selftest.py", *args], volumes)
+        rc, out, err, gpus = engine.run_with_gpus(image, ["python", "/opt/envkit/selftest.py", *args], volumes)
         try:
             doc = json.loads(out)
         except json.JSONDecodeError:
             raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
                                 "is it an envkit-built image? (/opt/envkit/selftest.py)") from None
+        doc["gpus_passed"] = gpus
+        if not gpus and Path("/dev/nvidiactl").exists():
+            doc = _no_gpus_passed(doc)
     else:
-        from .selftest import run as run_selftest
+        from .selftest import run as run_selftest, stdout_to_stderr
 
-        doc = run_selftest(quick, tuple(shapes), tuple(decoders) or ("hf",), 0.0, (model,) if model else (), parity, input_len,
-                           output_len or 0, lambada or "")
+        with stdout_to_stderr():
+            doc = run_selftest(quick, tuple(shapes), tuple(decoders) or ("hf",), peak_gbs or 0.0, (model,) if model else (), parity,
+                               input_len or 128, output_len or 0, lambada or "")
     if report:
         _write_report(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit:

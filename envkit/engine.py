@@ -85,8 +85,12 @@ class Engine:
                 raise
         except Exception:  # no GPU runtime on this engine
             gpus = False
-            c = self.client.containers.create(image, command, **kw)
-            c.start()
+            try:
+                c = self.client.containers.create(image, command, **kw)
+                c.start()
+            except Exception as exc:
+                raise ExternalError(f"the engine could not start {image}: {str(exc)[:300]}",
+                                    "check the image exists and the mounted paths are readable") from None
         try:
             rc = c.wait()["StatusCode"]
             out = c.logs(stderr=False).decode(errors="replace")

@@ -1,15 +1,22 @@
-"""The self-test that runs INSIDE an image (standard library and torch only, on the image's own Python):
+"""The self-test that runs INSIDE an image, on the image's own Python: the standard library and torch, plus
+transformers where a model runs and vllm for its engine.
 
     python /opt/envkit/selftest.py --quick --json
+    python /opt/envkit/selftest.py --shape llama-2-7b --engine hf --engine hf-static --parity --json
+    python /opt/envkit/selftest.py --model DIR --engine hf --engine vllm --lambada lambada_test.jsonl --json
 
-Checks torch and its device, then decodes with a tiny decoder-only model built from random weights
-(no downloads, fixed output length) and reports tokens/s and time to first token.
-Exit 0 when every check passes, 1 otherwise. One JSON document on stdout with --json.
+Checks torch and the GPU: arch, memory bandwidth against the HBM peak, flash-attn and the csrc kernels when
+installed, NCCL across GPUs. Then it decodes at batch 1: a tiny built-in decoder always, and with --shape or --model a
+transformers model per engine (tokens/s, TTFT, TPOT, % of roofline). It can also check logits parity against a
+float32 eager reference and LAMBADA last-word accuracy. Exit 0 when every check passes, 1 otherwise, 2 for bad
+arguments. With --json, stdout carries one JSON document and nothing else.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import sys
 import time
@@ -270,15 +277,17 @@ def parity_hf(torch, model, ids, engine: str, steps: int) -> dict:
     return _compare(got, eager, ref, f"{engine} ({model.config._attn_implementation} attention)")
 
 
-def _compare(got, eager, ref, what: str) -> dict:
+def _compare(got, eager, ref, what: str, scale: float = 0.0, top1: tuple = ()) -> dict:
     """The accelerated path passes when it is no further from the float32 reference than twice the eager path at the
-    same dtype, plus 0.1 % of the largest logit (the float32 floor)."""
-    scale = max(float(ref.abs().max()), 1e-30)
+    same dtype, plus 0.1 % of the largest reference logit (the float32 floor; `scale` when the values are not logits).
+    top1: (engine's picks, eager's picks, reference's picks) where the values compared are not whole logit rows."""
+    scale = scale or max(float(ref.abs().max()), 1e-30)
     err, eager_err = float((got - ref).abs().max()), float((eager - ref).abs().max())
+    picks = top1 or (got.argmax(-1), eager.argmax(-1), ref.argmax(-1))
     return {"what": what, "steps": int(ref.shape[0]), "max_abs_err": _sig(err), "eager_max_abs_err": _sig(eager_err),
             "allowed_abs_err": _sig(2 * eager_err + 1e-3 * scale), "ok": err <= 2 * eager_err + 1e-3 * scale,
-            "top1_agree": round(float((got.argmax(-1) == ref.argmax(-1)).float().mean()), 4),
-            "eager_top1_agree": round(float((eager.argmax(-1) == ref.argmax(-1)).float().mean()), 4)}
+            "top1_agree": round(float((picks[0] == picks[2]).float().mean()), 4),
+            "eager_top1_agree": round(float((picks[1] == picks[2]).float().mean()), 4)}
 
 
 def _sig(x: float) -> float:
@@ -287,8 +296,6 @@ def _sig(x: float) -> float:
 
 def decode_vllm(torch, weights_dir: str, ids, new_tokens: int, device: str, dtype_name: str) -> tuple:
     """Batch-1 greedy decode with vLLM's offline engine (LLM.generate on token ids); also its per-step logprobs."""
-    import os
-
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the JSON document
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -304,9 +311,17 @@ def decode_vllm(torch, weights_dir: str, ids, new_tokens: int, device: str, dtyp
         out = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
         return time.perf_counter() - t0, out
 
-    gen(new_tokens)  # warm-up
-    t1, _ = gen(1)
-    tn, out = gen(new_tokens, logprobs=0)
+    try:
+        gen(new_tokens)  # warm-up
+        t1, _ = gen(1)
+        tn, out = gen(new_tokens, logprobs=0)
+    finally:
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:
+            pass
+        llm = None  # noqa: F841 (drops the engine before the memory is released)
+        _free(torch, device)
     tpot = max(tn - t1, 1e-9) / (new_tokens - 1)
     steps = [(tid, lp[tid].logprob) for tid, lp in zip(out.token_ids, out.logprobs)]
     return {"tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2)}, steps
@@ -318,10 +333,27 @@ def parity_vllm(torch, model, ids, steps: list) -> dict:
     eager, ref = eager_references(torch, model, seq[:, :-1], ids.shape[1] - 1)
     chosen = torch.tensor([[t] for t, _ in steps], device=ref.device)
     got = torch.tensor([[lp] for _, lp in steps], device=ref.device, dtype=torch.float32)
-    res = _compare(got, *(torch.log_softmax(x, -1).gather(1, chosen) for x in (eager, ref)), "vllm logprobs")
-    res["top1_agree"] = round(float((ref.argmax(-1) == chosen[:, 0]).float().mean()), 4)
-    res["eager_top1_agree"] = round(float((eager.argmax(-1) == ref.argmax(-1)).float().mean()), 4)
-    return res
+    eager_lp, ref_lp = (torch.log_softmax(x, -1).gather(1, chosen) for x in (eager, ref))
+    return _compare(got, eager_lp, ref_lp, "vllm logprobs", scale=max(float(ref.abs().max()), 1e-30),
+                    top1=(chosen[:, 0], eager.argmax(-1), ref.argmax(-1)))
+
+
+def read_lambada(text: str, limit: int) -> list:
+    """The texts of a LAMBADA jsonl ({"text": ...} per line); ValueError names the first bad line."""
+    texts = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ValueError(f"line {no} is not JSON") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str) or " " not in row["text"].strip():
+            raise ValueError(f'line {no} has no "text" of at least two words')
+        texts.append(row["text"].strip())
+    if not texts:
+        raise ValueError("it holds no texts")
+    return texts[:limit] if limit else texts
 
 
 def split_last_word(text: str) -> tuple:
@@ -330,27 +362,61 @@ def split_last_word(text: str) -> tuple:
     return context, word
 
 
-def lambada(torch, model, tok, path: str, engine: str, device: str, limit: int) -> dict:
-    """Last-word accuracy on a LAMBADA jsonl ({"text": ...} per line), greedy, as FasterTransformer's bloom_lambada:
-    correct when the generated tokens equal the tokens of " " + the last word."""
-    with open(path, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()][:limit]
+def lambada_budget(tok, text: str) -> tuple:
+    """(context ids, tokens to generate): as many tokens as the last word takes inside the full text, plus two, so a
+    tokenizer that splits the word differently on its own (SentencePiece prepends its space marker) still fits."""
+    context, word = split_last_word(text)
+    ctx = tok(context).input_ids
+    full = tok(context + " " + word).input_ids
+    n = len(full) - len(ctx) if full[:len(ctx)] == ctx and len(full) > len(ctx) else len(tok(" " + word, add_special_tokens=False).input_ids)
+    return ctx, n + 2
+
+
+def last_word_correct(generated: str, word: str) -> bool:
+    """LAMBADA's verdict: the first word of the greedy continuation is the missing word (trailing punctuation aside)."""
+    words = generated.split()
+    return bool(words) and words[0].rstrip(".,;:!?\"')") == word
+
+
+def lambada(torch, model, tok, texts: list, engine: str, device: str) -> dict:
+    """Last-word accuracy on LAMBADA texts: greedy continuation of the context, compared word for word."""
     kw = _generate_kwargs(engine)
     correct = 0
     t0 = time.perf_counter()
     for text in texts:
-        context, word = split_last_word(text)
-        target = tok(" " + word, add_special_tokens=False).input_ids
-        ids = tok(context, return_tensors="pt").input_ids.to(device)
+        ctx, budget = lambada_budget(tok, text)
+        ids = torch.tensor([ctx], device=device)
         with torch.inference_mode():
-            out = model.generate(ids, max_new_tokens=len(target), min_new_tokens=len(target), **kw)
-        correct += out[0, ids.shape[1]:].tolist() == target
-    return {"engine": engine, "examples": len(texts), "correct": correct, "accuracy": round(correct / max(1, len(texts)), 4),
+            out = model.generate(ids, max_new_tokens=budget, min_new_tokens=budget, **kw)
+        correct += last_word_correct(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True), split_last_word(text)[1])
+    return {"engine": engine, "examples": len(texts), "correct": correct, "accuracy": round(correct / len(texts), 4),
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def _free(torch, device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        try:
+            torch._dynamo.reset()  # compiled static-cache graphs hold the weights
+        except Exception:
+            pass
+        torch.cuda.empty_cache()
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights read to decode one token: all of them, less the input embedding table (one row is read)
+    unless it is tied to the output head."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if emb is not None and (head is None or head.weight.data_ptr() != emb.weight.data_ptr()):
+        total -= emb.weight.numel() * emb.weight.element_size()
+    return total
+
+
 def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: int, new_tokens: int, peak_gbs: float,
-                   parity: bool, lambada_path: str = "", lambada_limit: int = 0) -> tuple:
+                   parity: bool, lambada_texts: tuple = ()) -> tuple:
     """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows)."""
     import tempfile
 
@@ -358,7 +424,7 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
     dtype_name = str(dtype).split(".")[-1]
     model, tok, weights_dir = load_target(torch, target, device, dtype)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    roofline = peak_gbs * 1e9 / nbytes if peak_gbs else None
+    roofline = peak_gbs * 1e9 / weight_bytes_per_token(model) if peak_gbs else None
     torch.manual_seed(1)
     ids = torch.randint(10, model.config.vocab_size, (1, prompt_len), device=device)
     rows, checks, accuracy = [], [], []
@@ -371,7 +437,12 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
                     scratch = scratch or tempfile.mkdtemp(prefix="envkit-shape-")
                     model.save_pretrained(scratch)
                     weights_dir = scratch
-                res, steps = decode_vllm(torch, weights_dir, ids, new_tokens, device, dtype_name)
+                model.to("cpu")  # vLLM takes its share of GPU memory; the HF copy waits in host memory
+                _free(torch, device)
+                try:
+                    res, steps = decode_vllm(torch, weights_dir, ids.cpu(), new_tokens, device, dtype_name)
+                finally:
+                    model.to(device)
                 par = parity_vllm(torch, model, ids, steps) if parity else None
             else:
                 res = decode_hf(torch, model, tok, ids, engine, new_tokens, device)
@@ -391,14 +462,16 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
                            "detail": f"{par['what']} vs float32 eager: max abs error {par['max_abs_err']:.3g} (eager attention at {dtype_name}: "
                                      f"{par['eager_max_abs_err']:.3g}; pass <= {par['allowed_abs_err']:.3g}); top-1 agreement "
                                      f"{par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) over {par['steps']} steps"})
-        if lambada_path and engine != "vllm":
+        if lambada_texts and engine != "vllm" and target not in SHAPES:  # random-weight shapes have no words to score
             if tok is None:
-                checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs a model directory with its tokenizer (--model DIR)"})
-            else:
-                accuracy.append({"model": target, **lambada(torch, model, tok, lambada_path, engine, device, lambada_limit)})
+                checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs the model directory's tokenizer"})
+                continue
+            try:
+                accuracy.append({"model": target, **lambada(torch, model, tok, list(lambada_texts), engine, device)})
+            except Exception as exc:
+                checks.append({"name": f"lambada {name}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"})
     del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    _free(torch, device)
     if scratch:
         import shutil
 
@@ -498,9 +571,16 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
             except Exception as exc:
                 doc["checks"].append({"name": "GPU check", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
     new_tokens = output_len or (32 if quick else 128)
+    texts: tuple = ()
+    if lambada_path:
+        try:
+            with open(lambada_path, encoding="utf-8") as f:
+                texts = tuple(read_lambada(f.read(), lambada_limit))
+        except (OSError, ValueError) as exc:
+            doc["checks"].append({"name": "lambada file", "ok": False, "detail": f"{lambada_path}: {exc}"})
     for target in (*shapes, *models):
         try:
-            rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, lambada_path, lambada_limit)
+            rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, texts)
         except Exception as exc:  # the model itself could not be built or loaded
             rows, checks, acc = [], [{"name": f"load {target}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}], []
         doc["models"] += rows
@@ -514,6 +594,21 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         doc["checks"].append({"name": "decode", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
     doc["ok"] = all(c["ok"] for c in doc["checks"])
     return doc
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Everything written to file descriptor 1 while inside goes to 2 (libraries, vLLM's engine process, NCCL), so
+    that stdout carries only the JSON document written after."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main(argv=None) -> int:
@@ -532,12 +627,19 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.input_len < 1 or a.output_len < 0 or a.output_len == 1:
         p.error("--input-len must be at least 1 and --output-len at least 2")
-    out, sys.stdout = sys.stdout, sys.stderr  # what the libraries print must not mix into the document
-    try:
+    if a.lambada:
+        if not a.model:
+            p.error("--lambada needs --model DIR (a real model with its tokenizer)")
+        try:
+            with open(a.lambada, encoding="utf-8") as f:
+                read_lambada(f.read(), a.lambada_limit)
+        except (OSError, ValueError) as exc:
+            p.error(f"--lambada {a.lambada}: {exc}")
+        if not set(a.engine or ["hf"]) & {"hf", "hf-static"}:
+            p.error("--lambada runs on the hf and hf-static engines: add --engine hf")
+    with stdout_to_stderr():
         doc = run(a.quick, tuple(a.shape), tuple(a.engine) or ("hf",), a.peak_gbs, tuple(a.model), a.parity, a.input_len, a.output_len,
                   a.lambada, a.lambada_limit)
-    finally:
-        sys.stdout = out
     if a.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

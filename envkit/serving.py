@@ -50,6 +50,7 @@ def one_request(url: str, model: str, prompt, output_len: int, timeout: float = 
                        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}})
     start = time.perf_counter()
     res = RequestResult(ok=False, prompt_tokens=len(prompt) if isinstance(prompt, list) else 0)
+    conn = None
     try:
         conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
         conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers={"Content-Type": "application/json"})
@@ -86,9 +87,12 @@ def one_request(url: str, model: str, prompt, output_len: int, timeout: float = 
         res.ok = chunks > 0
         if not res.ok:
             res.error = "no tokens streamed"
-        conn.close()
-    except (OSError, http.client.HTTPException, ValueError) as exc:
+    except Exception as exc:  # whatever the server or the network did, the request is a counted failure
+        res.ok = False
         res.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if conn is not None:
+            conn.close()
     return res
 
 

@@ -80,12 +80,18 @@ def test_matrix_check_and_show() -> None:
 def test_selftest_bad_input_is_one_line_and_exit_2(tmp_path) -> None:
     bad_dataset = tmp_path / "d.jsonl"
     bad_dataset.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    good_lambada = tmp_path / "l.jsonl"
+    good_lambada.write_text('{"text": "the cat sat on the mat"}\n')
     cases = [
         (("--engine", "trt"), "--engine 'trt' is not an engine"),
         (("--shape", "gpt-5"), "--shape 'gpt-5' is not a known shape"),
         (("--model", str(tmp_path / "missing")), "no such file or directory"),
         (("--lambada", str(bad_dataset)), "--lambada needs --model DIR"),
-        (("--engine", "openai:http://127.0.0.1:9", "--engine", "hf"), "decodes nothing locally"),
+        (("--engine", "openai:http://127.0.0.1:9", "--engine", "hf"), "--engine hf belongs to the local self-test"),
+        (("--engine", "openai:http://127.0.0.1:9", "--parity"), "--parity belongs to the local self-test"),
+        (("--dataset", str(bad_dataset)), "--dataset is the serving sweep's workload"),
+        (("--model", str(tmp_path), "--lambada", str(bad_dataset)), 'line 1 has no "text" of at least two words'),
+        (("--model", str(tmp_path), "--lambada", str(good_lambada), "--engine", "vllm"), "runs on the hf and hf-static engines"),
         (("--engine", "openai:http://127.0.0.1:9", "--dataset", str(bad_dataset)), 'line 2 has no "prompt" string'),
         (("--engine", "openai:http://127.0.0.1:9", "--concurrency", "1,x"), "is not a list of integers"),
         (("--engine", "openai:127.0.0.1:9"), "the serving sweep takes openai:URL"),
@@ -102,3 +108,13 @@ def test_selftest_report_dir_that_cannot_be_written_exit_2(tmp_path) -> None:
     blocker.write_text("")
     p = run("selftest", "--quick", "--report", str(blocker / "rep"))
     assert p.returncode == 2 and "cannot write the report" in p.stderr
+    assert "torch" not in p.stdout                                       # refused before the run, not after it
+
+
+def test_selftest_passes_only_what_was_asked_into_an_image() -> None:
+    from envkit.cli import _selftest_args
+
+    assert _selftest_args(True, [], [], [], False, None, None, None, None) == ["--json", "--quick"]   # what any envkit image knows
+    assert _selftest_args(False, ["qwen-7b"], ["/envkit-model"], ["hf", "vllm"], True, 64, 16, "/l.jsonl", 4800.0) == [
+        "--json", "--parity", "--shape", "qwen-7b", "--model", "/envkit-model", "--engine", "hf", "--engine", "vllm",
+        "--input-len", "64", "--output-len", "16", "--lambada", "/l.jsonl", "--peak-gbs", "4800.0"]

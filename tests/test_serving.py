@@ -63,7 +63,7 @@ def test_out_of_memory_is_a_row_flag():
 
 
 class _Streams(BaseHTTPRequestHandler):
-    """Three tokens 50 ms apart, the usage chunk, then a slow [DONE]."""
+    """Three tokens 50 ms apart, the usage chunk, then a [DONE] 2 s later."""
     protocol_version = "HTTP/1.0"
 
     def log_message(self, *a):
@@ -83,7 +83,7 @@ class _Streams(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n')
         self.wfile.flush()
-        time.sleep(0.3)
+        time.sleep(2.0)
         self.wfile.write(b"data: [DONE]\n\n")
 
 
@@ -92,5 +92,34 @@ def test_ttft_and_latency_stop_at_tokens_as_vllms_client_does():
         r = one_request(f"http://127.0.0.1:{srv.server_port}", "m", "a text prompt", 3)
     assert r.ok and r.output_tokens == 3 and r.prompt_tokens == 5
     assert 0.05 <= r.ttft < r.latency
-    assert r.latency < 0.3                     # the last token, not the [DONE] that came 0.3 s later
+    assert r.latency < 1.5                     # the last token, not the [DONE] that came 2 s later
     assert len(r.itl) == 2
+
+
+class _Garbles(BaseHTTPRequestHandler):
+    """A 200 whose stream carries a JSON value that is not an object."""
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"data: [1, 2]\n\n")
+
+
+def test_a_garbled_stream_is_a_counted_failure_not_a_crash():
+    with serve(_Garbles) as srv:
+        r = one_request(f"http://127.0.0.1:{srv.server_port}", "m", [1, 2], 4)
+    assert not r.ok and r.error.startswith("AttributeError")
+
+
+def test_lambada_verdict_compares_the_first_generated_word():
+    from envkit.selftest import last_word_correct, read_lambada, split_last_word
+
+    assert split_last_word("he sat on the mat ") == ("he sat on the", "mat")
+    assert last_word_correct(" mat. And then", "mat") and last_word_correct("mat", "mat")
+    assert not last_word_correct(" matter of", "mat") and not last_word_correct(" the mat", "mat") and not last_word_correct("  ", "mat")
+    assert read_lambada('{"text": "a b"}\n\n{"text": "c d e"}\n', 1) == ["a b"]

@@ -161,13 +161,17 @@ def test_lambada_accuracy_of_the_trained_tiny_model(vllm_server, tmp_path):
         assert (a["examples"], a["correct"], a["accuracy"]) == (20, 10, 0.5)
 
 
-def test_lambada_without_a_tokenizer_is_a_failed_check(tmp_path):
+def test_lambada_on_a_model_without_its_tokenizer_is_a_failed_check(vllm_server, tmp_path):
+    weights_only = tmp_path / "weights-only"
+    weights_only.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (weights_only / name).write_bytes((vllm_server["model"] / name).read_bytes())
     data = tmp_path / "lambada.jsonl"
     data.write_text('{"text": "the of and"}\n')
-    p = selftest_py("--shape", "tiny", "--lambada", str(data), "--output-len", "2", "--json", cwd=tmp_path)
+    p = selftest_py("--model", str(weights_only), "--lambada", str(data), "--output-len", "2", "--json", cwd=tmp_path)
     assert p.returncode == 1
     failed = [c for c in json.loads(p.stdout)["checks"] if not c["ok"]]
-    assert [c["name"] for c in failed] == ["lambada tiny hf"] and "tokenizer" in failed[0]["detail"]
+    assert [c["name"] for c in failed] == [f"lambada {weights_only} hf"] and "tokenizer" in failed[0]["detail"]
 
 
 def test_parity_judges_the_fast_path_against_the_eager_paths_own_error():

@@ -9,7 +9,7 @@ LAMBADA-style last-word accuracy is known (lines that follow the order: right; l
 import sys
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()
@@ -23,6 +23,7 @@ out = sys.argv[1]
 text = [line(i * 7, 40) for i in range(400)]
 tok = Tokenizer(models.BPE(unk_token="<unk>"))
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
 tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"],
                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")

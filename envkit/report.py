@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.markup import escape
 from rich.console import Console
 from rich.table import Table
 
@@ -46,7 +47,7 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
                       f"archs {';'.join(k['arch_list'])}")
         c.print(t)
         for n in d["notes"]:
-            c.print(f"  note: {n}")
+            c.print(f"  note: {escape(n)}")
     else:
         asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
         c.print(f"[{RULE_STYLE}]no consistent stack[/] for {asked or 'the default target'}")
@@ -55,14 +56,14 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         t.add_column("conflict", overflow="fold")
         t.add_column("fix", overflow="fold")
         for x in result.conflicts:
-            t.add_row(x.rule, x.message, x.fix)
+            t.add_row(x.rule, escape(x.message), escape(x.fix))
         c.print(t)
         for x in result.conflicts:
-            c.print(f"  source of {x.rule}: {x.source}")
+            c.print(f"  source of {x.rule}: {escape(x.source)}")
         for key, sol in result.suggestions:
             c.print(f"  without {FLAG[key]}: " + ", ".join(f"{k} {v}" for k, v in sol.items()))
     for w in result.warnings:
-        c.print(f"  [yellow]warning:[/] {w}")
+        c.print(f"  [yellow]warning:[/] {escape(w)}")
 
 
 def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
@@ -199,7 +200,6 @@ def print_preflight(checks, console: Console) -> None:
 def build_line(console: Console, line: str) -> None:
     import re as _re
 
-    from rich.markup import escape
 
     if len(line) > 200:
         line = line[:200] + " ..."

@@ -403,6 +403,10 @@ def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {q.rocm} (it has {', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
+    if q.driver is not None and b.platform != "cuda":
+        drives = f"{_gpu_label(g)} runs on {b.platform}" if g is not None else f"the {b.platform} platform has no NVIDIA driver"
+        out.append(Conflict("driver.platform", f"--driver {q.driver} is an NVIDIA driver version; {drives}",
+                            "drop --driver, or choose an NVIDIA GPU / --platform cuda", "doc:matrix.toml [[cuda]] min_driver"))
     if g is not None and b.platform != "cpu" and b.platform != g.platform:
         out.append(Conflict("platform.gpu", f"{_gpu_label(g)} is a {g.vendor} GPU; the {b.platform} platform does not drive it",
                             f"use --platform {g.platform}", "doc:matrix.toml [[gpu]] vendor"))

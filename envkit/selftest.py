@@ -338,16 +338,21 @@ def parity_vllm(torch, model, ids, steps: list) -> dict:
                     top1=(chosen[:, 0], eager.argmax(-1), ref.argmax(-1)))
 
 
-def read_lambada(text: str, limit: int) -> list:
-    """The texts of a LAMBADA jsonl ({"text": ...} per line); ValueError names the first bad line."""
-    texts = []
+def jsonl_rows(text: str):
+    """(line number, value) for each non-blank line of a JSONL text; ValueError names a line that is not JSON."""
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            yield no, json.loads(line)
         except ValueError:
             raise ValueError(f"line {no} is not JSON") from None
+
+
+def read_lambada(text: str, limit: int) -> list:
+    """The texts of a LAMBADA jsonl ({"text": ...} per line); ValueError names the first bad line."""
+    texts = []
+    for no, row in jsonl_rows(text):
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or " " not in row["text"].strip():
             raise ValueError(f'line {no} has no "text" of at least two words')
         texts.append(row["text"].strip())

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
+from .selftest import jsonl_rows
+
 
 @dataclass
 class RequestResult:
@@ -108,13 +110,7 @@ def parse_dataset(text: str, n: int, output_len: int) -> list:
     output_tokens, where a line has it, wins over output_len. Fewer lines than n are cycled. ValueError names the line.
     """
     reqs = []
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise ValueError(f"line {no} is not JSON") from None
+    for no, row in jsonl_rows(text):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
             raise ValueError(f'line {no} has no "prompt" string')
         out = row.get("output_tokens", output_len)

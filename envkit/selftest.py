@@ -420,6 +420,11 @@ def weight_bytes_per_token(model) -> int:
     return total
 
 
+def failed_check(name: str, exc: BaseException, limit: int | None = 300) -> dict:
+    """A check that failed because its code raised: the exception named, its message cut at `limit` characters."""
+    return {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:limit]}"}
+
+
 def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: int, new_tokens: int, peak_gbs: float,
                    parity: bool, lambada_texts: tuple = ()) -> tuple:
     """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows)."""
@@ -438,10 +443,9 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
         name = f"{target} {engine}"
         try:
             if engine == "vllm":
-                if weights_dir is None:
-                    scratch = scratch or tempfile.mkdtemp(prefix="envkit-shape-")
+                if weights_dir is None:  # a shape: vLLM loads weights from disk
+                    scratch = weights_dir = tempfile.mkdtemp(prefix="envkit-shape-")
                     model.save_pretrained(scratch)
-                    weights_dir = scratch
                 model.to("cpu")  # vLLM takes its share of GPU memory; the HF copy waits in host memory
                 _free(torch, device)
                 try:
@@ -453,7 +457,7 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
                 res = decode_hf(torch, model, tok, ids, engine, new_tokens, device)
                 par = parity_hf(torch, model, ids, engine, min(16, new_tokens)) if parity else None
         except Exception as exc:
-            checks.append({"name": f"decode {name}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            checks.append(failed_check(f"decode {name}", exc))
             continue
         row = {"shape": target, "engine": engine, "device": device, "dtype": dtype_name, "weights_gb": round(nbytes / 1e9, 3),
                "prompt_len": prompt_len, "new_tokens": new_tokens, **res,
@@ -474,7 +478,7 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
             try:
                 accuracy.append({"model": target, **lambada(torch, model, tok, list(lambada_texts), engine, device)})
             except Exception as exc:
-                checks.append({"name": f"lambada {name}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                checks.append(failed_check(f"lambada {name}", exc))
     del model
     _free(torch, device)
     if scratch:
@@ -553,7 +557,7 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
     try:
         import torch
     except Exception as exc:  # an image without torch is the finding, not a crash
-        doc["checks"].append({"name": "torch imports", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+        doc["checks"].append(failed_check("torch imports", exc, limit=None))
         doc["ok"] = False
         return doc
     doc["torch"] = torch.__version__
@@ -574,7 +578,7 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
             try:
                 doc["checks"].extend(check())
             except Exception as exc:
-                doc["checks"].append({"name": "GPU check", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                doc["checks"].append(failed_check("GPU check", exc, limit=200))
     new_tokens = output_len or (32 if quick else 128)
     texts: tuple = ()
     if lambada_path:
@@ -587,7 +591,7 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         try:
             rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, texts)
         except Exception as exc:  # the model itself could not be built or loaded
-            rows, checks, acc = [], [{"name": f"load {target}", "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}], []
+            rows, checks, acc = [], [failed_check(f"load {target}", exc)], []
         doc["models"] += rows
         doc["checks"] += checks
         doc["lambada"] += acc
@@ -596,7 +600,7 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         ok = doc["decode"]["tokens_per_s"] > 0
         doc["checks"].append({"name": "decode", "ok": ok, "detail": f"{doc['decode']['tokens_per_s']} tokens/s on {device}"})
     except Exception as exc:
-        doc["checks"].append({"name": "decode", "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+        doc["checks"].append(failed_check("decode", exc, limit=None))
     doc["ok"] = all(c["ok"] for c in doc["checks"])
     return doc
 

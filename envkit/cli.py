@@ -333,13 +333,10 @@ def _serving_sweep(engine_url: str, model: str, concurrency: str, num_prompts: i
     if not levels_asked or min(levels_asked) < 1:
         raise InputError(f"--concurrency {concurrency!r} needs positive integers", "write --concurrency 1,4,8")
     if dataset:
-        from .userfile import read_text
+        from .userfile import parse_file
 
-        fix = 'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)'
-        try:
-            requests = parse_dataset(read_text(dataset, "dataset", fix), num_prompts, output_len)
-        except ValueError as exc:
-            raise InputError(f"cannot read dataset {dataset}: {exc}", fix) from None
+        requests = parse_file(dataset, "dataset", 'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)',
+                              lambda text: parse_dataset(text, num_prompts, output_len))
     else:
         requests = random_requests(num_prompts, input_len, output_len)
     url = engine_url[len("openai:"):]
@@ -413,10 +410,9 @@ def selftest(
 
             _write_report(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
         if junit:
-            from .junit import Case, write
+            from .junit import sweep_cases, write
 
-            write(junit, f"envkit selftest sweep {doc['engine']}", [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0,
-                                                                        "; ".join(lv["errors"]), json.dumps(lv)) for lv in doc["levels"]])
+            write(junit, f"envkit selftest sweep {doc['engine']}", sweep_cases(doc))
         if as_json:
             _print_json(doc)
         else:
@@ -436,15 +432,12 @@ def selftest(
             raise InputError(f"{what} {path}: no such file or directory", f"give an existing path to {what}")
     if lambada:
         from .selftest import read_lambada
-        from .userfile import read_text
+        from .userfile import parse_file
 
         if not model:
             raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
-        fix = 'give a JSONL file of {"text": "... last word"} lines (LAMBADA\'s format)'
-        try:
-            read_lambada(read_text(lambada, "LAMBADA file", fix), 0)
-        except ValueError as exc:
-            raise InputError(f"cannot read LAMBADA file {lambada}: {exc}", fix) from None
+        parse_file(lambada, "LAMBADA file", 'give a JSONL file of {"text": "... last word"} lines (LAMBADA\'s format)',
+                   lambda text: read_lambada(text, 0))
         if decoders and not set(decoders) & {"hf", "hf-static"}:
             raise InputError("--lambada runs on the hf and hf-static engines", "add --engine hf")
     if image:
@@ -460,8 +453,7 @@ def selftest(
             volumes[str(Path(lambada).resolve())] = {"bind": inner_lambada, "mode": "ro"}
         args = _selftest_args(quick, shapes, [inner_model] if model else [], decoders, parity, input_len, output_len, inner_lambada, peak_gbs)
         engine = Engine.connect()
-        if not engine.has_image(image):
-            raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
+        engine.require_image(image)
         rc, out, err, gpus = engine.run_with_gpus(image, ["python", "/opt/envkit/selftest.py", *args], volumes)
         try:
             doc = json.loads(out)
@@ -565,8 +557,7 @@ def inspect(
     from .judge import Host, healthy, judge as judge_host
 
     engine = Engine.connect()
-    if not engine.has_image(image):
-        raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
+    engine.require_image(image)
     labels = engine.client.images.get(image).labels or {}
     if "io.envkit.solution" not in labels:
         raise InputError(f"image {image} has no io.envkit.solution label: envkit did not build it", "inspect an image envkit built")

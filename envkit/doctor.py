@@ -69,8 +69,7 @@ def probe_image(image: str, deep: bool) -> dict:
     from .engine import Engine
 
     engine = Engine.connect()
-    if not engine.has_image(image):
-        raise InputError(f"image {image} is not on this engine", "build it (envkit build) or pull/load it first")
+    engine.require_image(image)
     script = (Path(__file__).resolve().parent / "probe.py").read_text()
     cmd = ["python3", "-c", script] + (["--deep"] if deep else [])
     _, out, _, gpus = engine.run_with_gpus(image, cmd)

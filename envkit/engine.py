@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .errors import ExternalError
+from .errors import ExternalError, InputError
 
 
 class Engine:
@@ -40,6 +40,11 @@ class Engine:
         except docker.errors.ImageNotFound:
             return False
 
+
+    def require_image(self, ref: str) -> None:
+        """For commands that run an image the user named: it must be on this engine already."""
+        if not self.has_image(ref):
+            raise InputError(f"image {ref} is not on this engine", "build it (envkit build) or pull/load it first")
     def image_id(self, ref: str) -> str:
         return self.client.images.get(ref).id
 

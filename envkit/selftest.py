@@ -99,21 +99,25 @@ def peak_bandwidth_gbs(default: float = 0.0) -> float:
         return default
 
 
+def gpu_seconds(torch, fn, iters: int, warmup: int = 3) -> float:
+    """Mean seconds per call of fn on the GPU, after warm-up calls, synchronised at both ends."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
 def check_bandwidth(torch, peak_gbs: float) -> dict:
     n = 8192
     rows = int(4e9 / 2 / n)  # a 4 GB bf16 matrix: far larger than any cache
     w = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.mv(w, x)
-    torch.cuda.synchronize()
-    iters = 20
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        torch.mv(w, x)
-    torch.cuda.synchronize()
-    gbs = w.numel() * 2 * iters / (time.perf_counter() - t0) / 1e9
-    del w
+    gbs = w.numel() * 2 / gpu_seconds(torch, lambda: torch.mv(w, x), iters=20) / 1e9
+    w = None  # the 4 GB matrix goes before the next check
     torch.cuda.empty_cache()
     pct = gbs / peak_gbs if peak_gbs else None
     ok = pct is None or pct >= PASS_BANDWIDTH
@@ -133,18 +137,9 @@ def check_flash_attn(torch) -> dict | None:
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
     err = float((out.float() - ref.float()).abs().max())
 
-    def timed(fn):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / 10
-
-    fa = timed(lambda: flash_attn_func(q, k, v, causal=True))
-    sdpa = timed(lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True))
+    fa = gpu_seconds(torch, lambda: flash_attn_func(q, k, v, causal=True), iters=10)
+    sdpa = gpu_seconds(torch, lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True),
+                       iters=10)
     flops = 4 * 4 * 32 * 2048 * 2048 * 128 / 2
     return {"name": "flash-attn vs SDPA", "ok": err < 2e-2, "max_abs_err": err,
             "detail": f"max abs error {err:.4f} (bf16); {flops / fa / 1e12:.0f} TFLOP/s vs SDPA {flops / sdpa / 1e12:.0f}"}

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .errors import EnvkitError
+from .errors import EnvkitError, InputError
 from .selftest import ENGINES as SELFTEST_ENGINES, SHAPES as SELFTEST_SHAPES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -635,6 +635,53 @@ def matrix_check(
         return
     sys.stdout.write(f"{m.path}: valid; " + ", ".join(f"{v} {k}" for k, v in counts.items())
                      + f"; {inferred} entries marked inferred\n")
+
+
+@matrix_app.command("refresh")
+def matrix_refresh(
+    check: bool = typer.Option(False, "--check", help="change nothing; exit 1 if matrix.toml differs from what the sources derive"),
+    sources: Optional[str] = typer.Option(None, "--sources", help="the extracts (default: data/sources beside matrix.toml)"),
+    matrix_path: Optional[str] = typer.Option(None, "--matrix", help="the matrix.toml to refresh (default: the built-in one)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Derive the generated tables of matrix.toml from the source extracts in data/sources
+    (flash-attn workflows and setup.py per tag, PyPI metadata...); --check fails on any hand edit."""
+    from pathlib import Path
+
+    from . import matrix as mx
+    from .matrixgen import refresh
+
+    path = Path(matrix_path) if matrix_path else mx.default_path()
+    src = Path(sources) if sources else refresh.default_sources(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", "pass --matrix with a readable matrix.toml") from None
+    diffs = refresh.check(text, src)
+    regions = [r.name for r in refresh.REGIONS]
+    if check or not diffs:
+        if as_json:
+            _print_json({"schema": 1, "ok": not diffs, "path": str(path), "sources": str(src), "regions": regions,
+                         "differs": [{"region": name, "rows": n, "diff": d} for name, n, d in diffs]})
+        else:
+            for _name, _n, d in diffs:
+                sys.stdout.write(d)
+            sys.stdout.write(f"{path}: " + ("derived regions match data/sources (" + ", ".join(regions) + ")\n" if not diffs else
+                             "; ".join(f"{name}: {n} row(s) differ from the sources" for name, n, _d in diffs)
+                             + " (run `envkit matrix refresh` to rewrite them, or correct the extract)\n"))
+        if diffs:
+            raise typer.Exit(1)
+        return
+    new = refresh.apply(text, src)
+    mx.parse(new, str(path))  # never write a matrix that does not load
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(new, encoding="utf-8")
+    os.replace(tmp, path)
+    if as_json:
+        _print_json({"schema": 1, "ok": True, "path": str(path), "sources": str(src), "regions": regions,
+                     "rewritten": [{"region": name, "rows": n} for name, n, _d in diffs]})
+    else:
+        sys.stdout.write("; ".join(f"{name}: {n} row(s) rewritten" for name, n, _d in diffs) + f" in {path}\n")
 
 
 @matrix_app.command("show")

@@ -205,7 +205,7 @@ def _flash_attn_checks(m: Matrix, h: Host) -> list[Finding]:
         for g in h.gpus:
             cc = _cc(g)
             if cc is not None and cc < CC(8, 0):
-                row = next((r for r in m.flash_attn_archs if r.arch == CC(8, 0)), None)
+                row = next((f for f in m.flash_attn if f.version.major == 2), None)
                 out.append(Finding("error", "flash-attn.gpu-arch", f"flash-attn {h.flash_attn} on {g.name} (sm_{cc.major}{cc.minor})",
                                    "FlashAttention-2 runs on sm_80 and newer only (Ampere, Ada, Hopper, Blackwell)",
                                    "use torch's scaled_dot_product_attention or xformers on this GPU, or serve on sm_80+",

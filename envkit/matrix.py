@@ -173,28 +173,63 @@ class Dtk:
 
 
 @dataclass(frozen=True)
+class FaWheelBuild:
+    """One build of a flash-attn release's wheel: the cu tag in its name, the torch (release and
+    index) it was compiled against, the nvcc that compiled it, and the Pythons and ABI flags built."""
+    cuda: str
+    torch: Version
+    torch_index: str
+    nvcc: Version
+    platform: str
+    python: tuple[Version, ...]
+    abi: tuple[bool, ...]
+
+    @property
+    def torch_minor(self) -> str:
+        return f"{self.torch.major}.{self.torch.minor}"
+
+
+@dataclass(frozen=True)
+class FaRemap:
+    """A rule of setup.py's wheel-name code: torch.version.cuda becomes `to` when it matches."""
+    cuda_major: Optional[int]
+    torch: Optional[str]
+    to: Version
+
+
+@dataclass(frozen=True)
 class FlashAttn:
     version: Version
+    tag: str
     python: SpecifierSet
     torch: SpecifierSet
     nvcc: SpecifierSet
-    wheel_rule: str
-    wheel_nvcc: tuple[tuple[str, Version], ...]
-    wheel_torch: tuple[tuple[str, tuple[str, ...]], ...]
-    wheel_python: SpecifierSet
+    wheel_format: Optional[str]  # "major" | "major_minor"; None: setup.py never downloads a wheel
+    wheel_remap: tuple[FaRemap, ...]
+    wheel_set: str  # "workflow" (derived from the tag's publish workflow) | "none" | "unknown"
+    wheels: tuple[FaWheelBuild, ...]
+    archs: tuple[tuple[CC, SpecifierSet], ...]  # gencode arch -> the nvcc that emits it
+    rocm: Optional[SpecifierSet]
     rocm_archs: tuple[str, ...]
     kernels: tuple[str, ...]
     kernel_setup_py: bool
     confidence: str
     source: str
 
+    def cuda_tag(self, torch_cuda: Version, torch_version: Version) -> Optional[str]:
+        """The cu tag setup.py puts in the wheel name it looks up for this torch."""
+        if self.wheel_format is None:
+            return None
+        cuda = torch_cuda
+        minor = f"{torch_version.major}.{torch_version.minor}"
+        for r in self.wheel_remap:
+            if (r.cuda_major is None or r.cuda_major == torch_cuda.major) and (r.torch is None or r.torch == minor):
+                cuda = r.to
+                break
+        return str(cuda.major) if self.wheel_format == "major" else f"{cuda.major}{cuda.minor}"
 
-@dataclass(frozen=True)
-class FlashAttnArch:
-    arch: CC
-    nvcc: SpecifierSet
-    flash_attn: SpecifierSet
-    source: str
+    def archs_for(self, nvcc: Version) -> list[CC]:
+        return [a for a, spec in self.archs if spec.contains(nvcc, prereleases=True)]
 
 
 @dataclass(frozen=True)
@@ -252,7 +287,6 @@ class Matrix:
     rocm: tuple[Rocm, ...]
     dtk: tuple[Dtk, ...]
     flash_attn: tuple[FlashAttn, ...]
-    flash_attn_archs: tuple[FlashAttnArch, ...]
     flash_attn_broken: tuple[FlashAttnBroken, ...]
     vllm: tuple[Vllm, ...]
     python: tuple[PythonRelease, ...]
@@ -517,41 +551,74 @@ def _parse_dtk(rows: list[_Row], problems: list[str]) -> tuple[list[Dtk], list[T
     return out, builds
 
 
-_WHEEL_RULES = ("none", "verbatim", "cu118-122", "cu118-123", "major")
+def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
+    out = []
+    for w in items:
+        if not isinstance(w, dict):
+            raise ValueError("each wheels entry must be an inline table")
+        unknown = set(w) - {"cuda", "torch", "torch_index", "nvcc", "platform", "python", "abi"}
+        if unknown:
+            raise ValueError(f"unknown wheels key(s): {', '.join(sorted(unknown))}")
+        abi = w.get("abi")
+        if not isinstance(abi, list) or not all(isinstance(a, bool) for a in abi):
+            raise ValueError("wheels.abi must be a list of booleans")
+        cuda = w.get("cuda")
+        if not isinstance(cuda, str) or not cuda.isdigit():
+            raise ValueError('wheels.cuda must be the cu tag\'s digits, like "12" or "118"')
+        out.append(FaWheelBuild(cuda=cuda, torch=Version(w["torch"]), torch_index=str(w["torch_index"]),
+                                nvcc=Version(w["nvcc"]), platform=str(w.get("platform", "linux_x86_64")),
+                                python=tuple(Version(p) for p in _str_list(w["python"])), abi=tuple(abi)))
+    return tuple(out)
+
+
+def _fa_rule(x: Any) -> tuple[Optional[str], tuple[FaRemap, ...]]:
+    if x == "none":
+        return None, ()
+    if not isinstance(x, dict) or x.get("format") not in ("major", "major_minor"):
+        raise ValueError('wheel_rule must be "none" or { format = "major" | "major_minor", remap = [...] }')
+    remap = []
+    for r in x.get("remap", []):
+        if not isinstance(r, dict) or "to" not in r or set(r) - {"cuda_major", "torch", "to"}:
+            raise ValueError('each remap entry is { cuda_major = N, torch = "X.Y", to = "X.Y" } (cuda_major and torch optional)')
+        remap.append(FaRemap(cuda_major=r.get("cuda_major"), torch=r.get("torch"), to=Version(r["to"])))
+    return x["format"], tuple(remap)
+
+
+def _fa_archs(items: list) -> tuple[tuple[CC, SpecifierSet], ...]:
+    out = []
+    for a in items:
+        if not isinstance(a, dict) or set(a) != {"arch", "nvcc"}:
+            raise ValueError('each archs entry is { arch = "8.0", nvcc = ">=11.6" }')
+        out.append((CC.parse(a["arch"]), SpecifierSet(a["nvcc"])))
+    return tuple(out)
 
 
 def _parse_flash_attn(rows: list[_Row]) -> list[FlashAttn]:
     out = []
     for r in rows:
-        r.unknown_keys({"versions", "python", "torch", "nvcc", "wheel_rule", "wheel_nvcc", "wheel_torch", "wheel_python",
-                        "rocm_archs", "kernels", "kernel_setup_py", "confidence", "source"})
-        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
-        rule = r.get("wheel_rule", _one_of("wheel_rule", *_WHEEL_RULES))
-        common = dict(
+        r.unknown_keys({"version", "tag", "python", "torch", "nvcc", "wheel_rule", "wheel_set", "wheels", "archs",
+                        "rocm", "rocm_archs", "kernels", "kernel_setup_py", "confidence", "source"})
+        rule = r.get("wheel_rule", _fa_rule, kind=(str, dict))
+        x = FlashAttn(
+            version=r.get("version", Version),
+            tag=r.get("tag", _ident, ""),
             python=r.get("python", SpecifierSet),
             torch=r.get("torch", SpecifierSet),
             nvcc=r.get("nvcc", SpecifierSet),
-            wheel_rule=rule,
-            wheel_nvcc=r.get("wheel_nvcc", lambda d: tuple(sorted((k, Version(v)) for k, v in d.items())), {}, kind=dict),
-            wheel_torch=r.get("wheel_torch", lambda d: tuple((k, _str_list(v)) for k, v in d.items()), {}, kind=dict),
-            wheel_python=r.get("wheel_python", SpecifierSet, SpecifierSet()),
+            wheel_format=rule[0] if rule else None,
+            wheel_remap=rule[1] if rule else (),
+            wheel_set=r.get("wheel_set", _one_of("wheel_set", "workflow", "none", "unknown")),
+            wheels=r.get("wheels", _fa_wheels, (), kind=list),
+            archs=r.get("archs", _fa_archs, kind=list),
+            rocm=r.get("rocm", SpecifierSet, None),
             rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
             kernels=r.get("kernels", _str_list, (), kind=list),
-            kernel_setup_py=r.get("kernel_setup_py", bool, kind=bool),
+            kernel_setup_py=r.get("kernel_setup_py", bool, False, kind=bool),
             confidence=r.get("confidence", _confidence, "verified"),
             source=r.source(),
         )
-        if r.ok:
-            out.extend(FlashAttn(version=v, **common) for v in versions)
-    return out
-
-
-def _parse_fa_arch(rows: list[_Row]) -> list[FlashAttnArch]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"arch", "nvcc", "flash_attn", "source"})
-        x = FlashAttnArch(arch=r.get("arch", CC.parse), nvcc=r.get("nvcc", SpecifierSet),
-                          flash_attn=r.get("flash_attn", SpecifierSet), source=r.source())
+        if r.ok and x.wheel_set != "workflow" and x.wheels:
+            r._bad("wheels", f"wheels are listed but wheel_set is {x.wheel_set!r}")
         if r.ok:
             out.append(x)
     return out
@@ -633,7 +700,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     problems: list[str] = []
     if raw.get("schema") != 1:
         problems.append("top-level `schema = 1` is missing or unsupported")
-    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_arch", "flash_attn_broken", "vllm", "python", "os"}
+    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "vllm", "python", "os"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown table `{key}`")
@@ -643,7 +710,6 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     rocm = _parse_rocm(_rows(raw, text, "rocm", problems))
     dtk, dtk_torch = _parse_dtk(_rows(raw, text, "dtk", problems), problems)
     fa = _parse_flash_attn(_rows(raw, text, "flash_attn", problems))
-    fa_arch = _parse_fa_arch(_rows(raw, text, "flash_attn_arch", problems))
     fa_broken = _parse_fa_broken(_rows(raw, text, "flash_attn_broken", problems))
     vllm = _parse_vllm(_rows(raw, text, "vllm", problems))
     python = _parse_python(_rows(raw, text, "python", problems))
@@ -689,7 +755,6 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         rocm=by_version(rocm),
         dtk=by_version(dtk),
         flash_attn=by_version(fa),
-        flash_attn_archs=tuple(fa_arch),
         flash_attn_broken=tuple(fa_broken),
         vllm=by_version(vllm),
         python=by_version(python),

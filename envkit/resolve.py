@@ -23,6 +23,7 @@ from .matrix import (
     PLATFORMS,
     CudaToolkit,
     Driver,
+    FaWheelBuild,
     FlashAttn,
     Gpu,
     Matrix,
@@ -232,6 +233,7 @@ class FlashAttnPlan:
     url: Optional[str]
     arch_list: tuple[str, ...]
     source_row: str
+    reason: str = ""  # why there is no prebuilt wheel (a source build)
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ class Solution:
         if self.flash_attn:
             f = self.flash_attn
             d["flash_attn"] = {"version": str(f.version), "build": f.build, "wheel": f.wheel, "url": f.url,
-                               "arch_list": list(f.arch_list)}
+                               "arch_list": list(f.arch_list), "reason": f.reason or None}
         if self.vllm:
             d["vllm"] = {"version": str(self.vllm.version), "wheel": self.vllm_wheel, "url": self.vllm_url}
         d["kernels"] = [{"name": k.name, "module": k.module, "flash_attn_sdist": str(k.flash_attn_sdist),
@@ -501,49 +503,72 @@ def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
     return out
 
 
-def _fa_cu_tag(f: FlashAttn, cuda: Version) -> Optional[str]:
-    rule = f.wheel_rule
-    if rule == "none":
-        return None
-    if rule == "verbatim":
-        return f"{cuda.major}{cuda.minor}"
-    if rule == "cu118-122":
-        return "118" if cuda.major == 11 else "122"
-    if rule == "cu118-123":
-        return "118" if cuda.major == 11 else "123"
-    return str(cuda.major)
-
-
 def _fa_archs(c: _Ctx, f: FlashAttn, nvcc: Version) -> list[CC]:
     key = (f.version, nvcc)
     hit = c.fa_archs.get(key)
     if hit is None:
-        hit = c.fa_archs[key] = [a.arch for a in c.m.flash_attn_archs if _in(a.flash_attn, f.version) and _in(a.nvcc, nvcc)]
+        hit = c.fa_archs[key] = f.archs_for(nvcc)
     return hit
 
 
+def _tag_major(tag: str) -> int:
+    return int(tag if len(tag) <= 2 else tag[:-1])
+
+
+def _built_abi(m: Matrix, w: FaWheelBuild) -> Optional[bool]:
+    """The C++ ABI of the torch build a flash-attn wheel was compiled against, when the matrix has it."""
+    for b in m.torch:
+        if b.version == w.torch and b.variant == w.torch_index:
+            return b.cxx11abi
+    return None
+
+
 def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optional[str], str]:
-    """The prebuilt wheel's filename, or None and why it must be built."""
-    tag = _fa_cu_tag(f, b.toolkit)
-    if tag is None:
-        return None, f"flash-attn {f.version} publishes no prebuilt wheels"
-    built = [Version(t) for t, tags in f.wheel_torch if tag in tags and _minor(Version(t)) == _minor(b.version)]
-    if not built:
-        return None, f"flash-attn {f.version} published no wheel for torch {_minor(b.version)} + cu{tag}"
-    if not any(b.version >= t for t in built):
-        return None, (f"the flash-attn {f.version} torch{_minor(b.version)} wheel is built against torch {max(built)} and misses symbols "
-                      f"of older {_minor(b.version)}.x releases")
-    if not _in(f.wheel_python, py):
-        return None, f"flash-attn {f.version} published no wheel for Python {py}"
-    for br in c.m.flash_attn_broken:
-        if _in(br.flash_attn, f.version) and br.torch == _minor(b.version) and br.cxx11abi == b.cxx11abi:
-            return None, f"the flash-attn {f.version} torch{br.torch} cxx11abi{str(br.cxx11abi).upper()} wheel is broken: {br.why}"
-    nvcc = dict(f.wheel_nvcc).get(tag)
-    if c.gpu_cc and nvcc is not None and not any(sass_runs_on(a, c.gpu_cc) for a in _fa_archs(c, f, nvcc)):
-        return None, f"the flash-attn {f.version} cu{tag} wheel (nvcc {nvcc}) has no {c.gpu_cc.sm} kernels"
+    """The prebuilt wheel's filename, only if the release's build matrix made it; else None and why."""
+    if f.wheel_format is None:
+        return None, f"flash-attn {f.version}'s setup.py never downloads a prebuilt wheel"
+    if f.wheel_set == "unknown":
+        return None, (f"the build matrix of flash-attn {f.version} is not in envkit's source snapshots, "
+                      "so no wheel filename is named (a wheel may exist on its GitHub release)")
+    tag = f.cuda_tag(b.toolkit, b.version)
+    minor = _minor(b.version)
     abi = "TRUE" if b.cxx11abi else "FALSE"
+    if tag is None or _tag_major(tag) != b.toolkit.major:
+        return None, f"setup.py of flash-attn {f.version} would fetch a cu{tag} wheel (another CUDA major) for torch {b.pin}"
+    named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi]
+    if not named:
+        built = sorted({f"torch{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda s: Version(s[5:].split("+")[0]))
+        return None, (f"flash-attn {f.version} published no cu{tag}torch{minor}cxx11abi{abi} wheel "
+                      f"(its release workflow built {', '.join(built) or 'none'})")
+    fits = [w for w in named if py in w.python]
+    if not fits:
+        pys = sorted({p for w in named for p in w.python})
+        return None, f"flash-attn {f.version} published its cu{tag}torch{minor} wheel for Python {', '.join(map(str, pys))}, not {py}"
+    if len({(w.torch, w.nvcc) for w in fits}) > 1:
+        return None, f"flash-attn {f.version}'s workflow built two different cu{tag}torch{minor} wheels under one name; which one was uploaded is unknown"
+    w = fits[0]
+    if b.version < w.torch:
+        return None, (f"the flash-attn {f.version} torch{minor} wheel is built against torch {w.torch} and misses symbols "
+                      f"of older {minor}.x releases")
+    if not b.cxx11abi and _built_abi(c.m, w) is True:
+        return None, (f"the flash-attn {f.version} cu{tag}torch{minor}cxx11abiFALSE wheel was compiled against torch {w.torch}+{w.torch_index}, "
+                      "which uses the C++11 ABI (FLASH_ATTENTION_FORCE_CXX11_ABI can only force TRUE): it fails to load with 'undefined symbol'")
+    for br in c.m.flash_attn_broken:
+        if _in(br.flash_attn, f.version) and br.torch == minor and br.cxx11abi == b.cxx11abi:
+            return None, f"the flash-attn {f.version} torch{br.torch} cxx11abi{str(br.cxx11abi).upper()} wheel is broken: {br.why}"
+    if c.gpu_cc and not any(sass_runs_on(a, c.gpu_cc) for a in _fa_archs(c, f, w.nvcc)):
+        return None, f"the flash-attn {f.version} cu{tag} wheel (nvcc {w.nvcc}) has no {c.gpu_cc.sm} kernels"
     cp = f"cp{py.major}{py.minor}"
-    return f"flash_attn-{f.version}+cu{tag}torch{_minor(b.version)}cxx11abi{abi}-{cp}-{cp}-linux_x86_64.whl", ""
+    return f"flash_attn-{f.version}+cu{tag}torch{minor}cxx11abi{abi}-{cp}-{cp}-{w.platform}.whl", ""
+
+
+def _fa_arch_hint(c: _Ctx, cc: CC) -> Optional[tuple[FlashAttn, SpecifierSet]]:
+    """The oldest flash-attn release that emits kernels for this GPU's major, and the nvcc it needs."""
+    for f in sorted(c.m.flash_attn, key=lambda x: x.version):
+        for a, spec in f.archs:
+            if sass_runs_on(a, cc):
+                return f, spec
+    return None
 
 
 def _check_fa(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f: FlashAttn) -> tuple[list[Conflict], Optional[FlashAttnPlan]]:
@@ -568,17 +593,24 @@ def _check_fa(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f:
                             "choose a Python in that range", src))
     if b.platform == "rocm":
         if not f.rocm_archs:
+            newer = [x.version for x in c.m.flash_attn if x.rocm_archs]
             out.append(Conflict("flash-attn.platform", f"flash-attn {f.version} has no ROCm backend",
-                                "use flash-attn >= 2.6.2 (ROCm CK backend, ROCm >= 6.0)", src))
-        elif g is not None and g.arch not in f.rocm_archs:
-            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn's ROCm backend supports {', '.join(f.rocm_archs)}, not {g.arch}",
-                                "use PyTorch SDPA on this GPU", src))
-        return out, FlashAttnPlan(f.version, "source", None, None, (g.arch,) if g else f.rocm_archs, src)
+                                f"use flash-attn >= {min(newer)} (composable_kernel backend)" if newer else "use PyTorch SDPA", src))
+        else:
+            if f.rocm is not None and not _in(f.rocm, b.toolkit):
+                out.append(Conflict("flash-attn.platform", f"flash-attn {f.version}'s ROCm backend needs ROCm {f.rocm}; torch {b.pin} is built for ROCm {b.toolkit}",
+                                    f"use a torch built for ROCm {f.rocm}", src))
+            if g is not None and g.arch not in f.rocm_archs:
+                out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version}'s ROCm backend builds for {', '.join(f.rocm_archs)}, not {g.arch} ({g.name})",
+                                    "use PyTorch SDPA on this GPU (or flash-attn's separate Triton backend)", src))
+        arch_list = (g.arch,) if g is not None else f.rocm_archs
+        return out, FlashAttnPlan(f.version, "source", None, None, arch_list, src,
+                                  f"flash-attn publishes no ROCm wheels: its ROCm backend is compiled for {', '.join(arch_list)}")
     if c.gpu_cc and c.gpu_cc < CC(8, 0):
         out.append(Conflict("flash-attn.gpu-arch",
                             f"FlashAttention-2 needs compute capability >= 8.0 (Ampere or newer); {g.name} is {c.gpu_cc.sm}",
                             "use PyTorch SDPA or xformers on this GPU (FlashAttention 1.x supports Turing), or run on an sm80+ GPU",
-                            c.m.flash_attn_archs[0].source if c.m.flash_attn_archs else src))
+                            src))
     wheel, why = _fa_wheel(c, b, py, f)
     if wheel and not q.kernels:
         return out, FlashAttnPlan(f.version, "wheel", wheel, f"{FA_RELEASES}/v{f.version}/{wheel}", (), src)
@@ -590,16 +622,16 @@ def _check_fa(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f:
     if c.gpu_cc and c.gpu_cc >= CC(8, 0):
         fits = [a for a in archs if sass_runs_on(a, c.gpu_cc)]
         if not fits:
-            need = [a for a in c.m.flash_attn_archs if a.arch.major == c.gpu_cc.major]
-            hint = f"flash-attn {need[0].flash_attn} with nvcc {need[0].nvcc}" if need else "a flash-attn release that supports it"
+            hint = _fa_arch_hint(c, c.gpu_cc)
             out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version} built with nvcc {nvcc} has no kernels for {c.gpu_cc.sm} ({g.name})",
-                                f"use {hint}", need[0].source if need else src))
+                                f"use flash-attn >= {hint[0].version} with nvcc {hint[1]}" if hint else "no flash-attn release in the matrix builds for it",
+                                hint[0].source if hint else src))
         arch_list = tuple(str(a) for a in fits[-1:]) or (str(c.gpu_cc),)
     else:
         arch_list = tuple(str(a) for a in archs)
     # here a wheel exists only when kernels are asked for: flash-attn comes from it, the kernels from the sdist
     url = f"{FA_RELEASES}/v{f.version}/{wheel}" if wheel else None
-    return out, FlashAttnPlan(f.version, "wheel" if wheel else "source", wheel, url, arch_list, src)
+    return out, FlashAttnPlan(f.version, "wheel" if wheel else "source", wheel, url, arch_list, src, why)
 
 
 # ---------------------------------------------------------------- search
@@ -765,9 +797,10 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
         f, fa_plan = fa
         sources.append(f.source)
         if fa_plan and fa_plan.build == "source":
-            notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for {';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)")
+            notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for {';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)"
+                         + (f": {fa_plan.reason}" if fa_plan.reason else ""))
         if fa_plan and fa_plan.build == "wheel":
-            notes.append(f"flash-attn wheel from GitHub releases; its ABI flag cxx11abi{str(b.cxx11abi).upper()} matches torch {b.pin}")
+            notes.append(f"flash-attn wheel from GitHub releases, in the build matrix of its {f.tag} release workflow; its ABI flag cxx11abi{str(b.cxx11abi).upper()} matches torch {b.pin}")
         arch_list = (str(q.gpu.cc),) if q.gpu and q.gpu.cc else tuple(str(a) for a in _fa_archs(_Ctx(m, q), f, tk.version)) if tk else ()
         for k in q.kernels:
             kernels.append(KernelPlan(k, KERNELS[k], f.version, "shipped" if f.kernel_setup_py else "supplied", arch_list, True))

@@ -11,4 +11,5 @@ PY=${PYTHON:-python3}
 ./scripts/start-podman.sh
 ./scripts/start-vllm-env.sh
 .venv/bin/envkit matrix check
+.venv/bin/envkit matrix refresh --check
 exec .venv/bin/python -m pytest -q "$@"

@@ -17,7 +17,7 @@ def _line_of(text: str, needle: str) -> int:
 
 def test_shipped_matrix_is_valid_and_sourced() -> None:
     m = matrix.parse(TEXT)
-    rows = [*m.cuda, *m.gpus, *m.torch, *m.rocm, *m.dtk, *m.flash_attn, *m.flash_attn_archs, *m.flash_attn_broken, *m.vllm, *m.python]
+    rows = [*m.cuda, *m.gpus, *m.torch, *m.rocm, *m.dtk, *m.flash_attn, *m.flash_attn_broken, *m.vllm, *m.python]
     assert rows and all(r.source for r in rows)
     assert {"11.0", "11.8", "12.8", "13.0"} <= {str(c.version) for c in m.cuda}
     assert all(str(a) not in {"5.0", "6.0", "7.0", "7.2"} for a in m.cuda_toolkit(matrix.Version("13.0")).archs)

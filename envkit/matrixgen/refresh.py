@@ -1,0 +1,106 @@
+"""Regenerate the derived regions of matrix.toml from the extracts in data/sources, or check that
+matrix.toml still says what they say (`envkit matrix refresh [--check]`).
+
+A region is the text between
+
+    # >>> derived: NAME (envkit matrix refresh; from data/sources/DIR; do not edit by hand)
+    # <<< derived: NAME
+
+Everything outside the regions is written by hand, each row with its source and, where it states a
+fact no primary file states, its reason.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import InputError
+from . import toml_emit
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str  # the TOML table the rows belong to
+    directory: str  # under data/sources
+    derive: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    pattern: str = "*.json"
+
+
+def _flash_attn(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from .derive_flash_attn import derive
+
+    return derive(docs)
+
+
+REGIONS: tuple[Region, ...] = (
+    Region("flash_attn", "flash-attn", _flash_attn),
+)
+
+_BEGIN = "# >>> derived: {name} (envkit matrix refresh; from data/sources/{directory}; do not edit by hand)"
+_END = "# <<< derived: {name}"
+
+
+def default_sources(matrix_path: Path) -> Path:
+    return matrix_path.resolve().parent / "data" / "sources"
+
+
+def load_docs(sources: Path, region: Region) -> list[dict[str, Any]]:
+    d = sources / region.directory
+    if not d.is_dir():
+        raise InputError(f"no extracts for {region.name}: {d} is not a directory",
+                         "run from a checkout of envkit (data/sources is not installed with the package) or pass --sources")
+    docs = []
+    for p in sorted(d.glob(region.pattern)):
+        try:
+            docs.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{p}: not a readable JSON extract ({exc})", "re-run the extraction for this project") from None
+    return docs
+
+
+def render(sources: Path, region: Region) -> str:
+    rows = region.derive(load_docs(sources, region))
+    return toml_emit.table_rows(region.name, rows)
+
+
+def _span(text: str, region: Region) -> tuple[int, int]:
+    begin = _BEGIN.format(name=region.name, directory=region.directory)
+    end = _END.format(name=region.name)
+    b = text.find(begin + "\n")
+    e = text.find(end + "\n")
+    if b < 0 or e < 0 or e < b:
+        raise InputError(f"matrix.toml has no derived region for {region.name}",
+                         f"put the two marker lines `{begin}` and `{end}` where the rows belong")
+    return b + len(begin) + 1, e
+
+
+def apply(text: str, sources: Path, regions: tuple[Region, ...] = REGIONS) -> str:
+    for region in regions:
+        start, stop = _span(text, region)
+        text = text[:start] + render(sources, region) + text[stop:]
+    return text
+
+
+def _blocks(text: str) -> list[str]:
+    return [b for b in re.split(r"(?m)^(?=\[\[)", text) if b.strip()]
+
+
+def check(text: str, sources: Path, regions: tuple[Region, ...] = REGIONS) -> list[tuple[str, int, str]]:
+    """(region, rows that differ, unified diff) for every region whose text differs from what the
+    sources derive."""
+    out = []
+    for region in regions:
+        start, stop = _span(text, region)
+        want = render(sources, region)
+        have = text[start:stop]
+        if have != want:
+            w, h = set(_blocks(want)), set(_blocks(have))
+            rows = max(len(w - h), len(h - w))
+            diff = "".join(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
+                                                f"matrix.toml ({region.name})", f"derived from data/sources/{region.directory}", n=1))
+            out.append((region.name, rows, diff))
+    return out

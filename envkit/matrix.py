@@ -120,6 +120,18 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class GpuDriver:
+    """The driver an NVIDIA architecture family needs: the first branch that drives it, and the last
+    branch that still does (R580 is the last for Maxwell, Pascal and Volta)."""
+    family: str
+    archs: tuple[CC, ...]
+    min_driver: Optional[Driver]
+    last_branch: Optional[int]
+    confidence: str
+    source: str
+
+
+@dataclass(frozen=True)
 class TorchBuild:
     version: Version
     variant: str
@@ -283,6 +295,7 @@ class Matrix:
     path: str
     cuda: tuple[CudaToolkit, ...]
     gpus: tuple[Gpu, ...]
+    gpu_drivers: tuple[GpuDriver, ...]
     torch: tuple[TorchBuild, ...]
     rocm: tuple[Rocm, ...]
     dtk: tuple[Dtk, ...]
@@ -292,6 +305,9 @@ class Matrix:
     python: tuple[PythonRelease, ...]
     os: tuple[OsRelease, ...]
     raw: dict = field(repr=False, compare=False, hash=False)
+
+    def gpu_driver(self, cc: CC) -> Optional[GpuDriver]:
+        return next((d for d in self.gpu_drivers if cc in d.archs), None)
 
     def cuda_toolkit(self, version: Version) -> Optional[CudaToolkit]:
         return next((c for c in self.cuda if c.version == version), None)
@@ -439,6 +455,25 @@ def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
         )
         if r.ok:
             out.append(g)
+    return out
+
+
+def _parse_gpu_drivers(rows: list[_Row]) -> list[GpuDriver]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"family", "archs", "min_driver", "last_branch", "confidence", "source"})
+        x = GpuDriver(
+            family=r.get("family", _ident),
+            archs=r.get("archs", _cc_list, kind=list),
+            min_driver=r.get("min_driver", Driver.parse, None),
+            last_branch=r.get("last_branch", int, None, kind=int),
+            confidence=r.get("confidence", _confidence, "verified"),
+            source=r.source(),
+        )
+        if r.ok and x.min_driver is None and x.last_branch is None:
+            r._bad("min_driver", "give min_driver, last_branch or both")
+        if r.ok:
+            out.append(x)
     return out
 
 
@@ -700,12 +735,13 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     problems: list[str] = []
     if raw.get("schema") != 1:
         problems.append("top-level `schema = 1` is missing or unsupported")
-    known = {"schema", "cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "vllm", "python", "os"}
+    known = {"schema", "cuda", "gpu", "gpu_driver", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "vllm", "python", "os"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown table `{key}`")
     cuda = _parse_cuda(_rows(raw, text, "cuda", problems))
     gpus = _parse_gpus(_rows(raw, text, "gpu", problems))
+    gpu_drivers = _parse_gpu_drivers(_rows(raw, text, "gpu_driver", problems))
     torch = _parse_torch(_rows(raw, text, "torch", problems), problems)
     rocm = _parse_rocm(_rows(raw, text, "rocm", problems))
     dtk, dtk_torch = _parse_dtk(_rows(raw, text, "dtk", problems), problems)
@@ -724,6 +760,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         names.extend(_norm(n) for n in (g.name, *g.aliases))
     _duplicates(names, lambda n: n, "gpu name or alias", problems)
     _duplicates(oses, lambda o: o.name, "os name", problems)
+    _duplicates([a for d in gpu_drivers for a in d.archs], lambda a: a.sm, "gpu_driver arch", problems)
     os_names = {o.name for o in oses}
     for row in [*cuda, *rocm]:
         if row.os not in os_names:
@@ -751,6 +788,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         path=path,
         cuda=by_version(cuda),
         gpus=tuple(gpus),
+        gpu_drivers=tuple(gpu_drivers),
         torch=tuple(torch + dtk_torch),
         rocm=by_version(rocm),
         dtk=by_version(dtk),

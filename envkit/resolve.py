@@ -454,11 +454,30 @@ def _check_toolkit(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Co
             fix += f", or use --cuda {older[0].version} (needs >= {older[0].min_driver})"
         out.append(Conflict("driver.too-old", f"CUDA {tk.version} needs driver >= {tk.min_driver}; this host has {q.driver}",
                             fix, tk.source))
+    out.extend(_check_gpu_driver(c))
     if c.gpu_cc and q.gpu and q.gpu.vendor == "nvidia" and not tk.can_target(c.gpu_cc):
         ok = [x.version for x in c.m.cuda if x.can_target(c.gpu_cc)]
         out.append(Conflict("gpu.toolkit-arch", f"CUDA {tk.version} does not support {c.gpu_cc.sm} ({q.gpu.name})",
                             f"use CUDA {_span(ok)}" if ok else "no CUDA toolkit in the matrix supports it", tk.source))
     return out
+
+
+def _check_gpu_driver(c: _Ctx) -> list[Conflict]:
+    """The driver against the GPU's architecture family: too old to drive it, or a branch that dropped it."""
+    q = c.q
+    if q.driver is None or c.gpu_cc is None or q.gpu is None or q.gpu.vendor != "nvidia":
+        return []
+    fam = c.m.gpu_driver(c.gpu_cc)
+    if fam is None:
+        return []
+    label = _gpu_label(q.gpu)
+    if fam.min_driver is not None and q.driver < fam.min_driver:
+        return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; it needs an NVIDIA driver >= {fam.min_driver}, this host has {q.driver}",
+                         f"upgrade the driver to {fam.min_driver} or newer (R{fam.min_driver.key[0]} branch)", fam.source)]
+    if fam.last_branch is not None and q.driver.key[0] > fam.last_branch:
+        return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; driver branch R{fam.last_branch} is the last that supports it, this host has {q.driver}",
+                         f"install an R{fam.last_branch} driver (CUDA 12.x is the last toolkit for it)", fam.source)]
+    return []
 
 
 def _check_python(c: _Ctx, b: TorchBuild, py: Version) -> list[Conflict]:
@@ -777,6 +796,13 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
     if b.platform == "cuda" and tk is not None:
         devel, runtime, min_driver = tk.devel_image, tk.runtime_image, tk.min_driver
         sources.append(tk.source)
+        fam = m.gpu_driver(q.gpu.cc) if q.gpu is not None and q.gpu.cc is not None else None
+        if fam is not None and fam.min_driver is not None and fam.min_driver > tk.min_driver:
+            min_driver = fam.min_driver
+            notes.append(f"{q.gpu.name} is a {fam.family} GPU: it needs driver >= {fam.min_driver}, above CUDA {tk.version}'s own minimum {tk.min_driver}")
+            sources.append(fam.source)
+        if fam is not None and fam.last_branch is not None:
+            notes.append(f"{q.gpu.name} is a {fam.family} GPU: R{fam.last_branch} is the last driver branch that supports it")
         if b.ptx is not None and q.gpu and q.gpu.cc and not any(sass_runs_on(a, q.gpu.cc) for a in b.ccs):
             notes.append(f"torch runs on {q.gpu.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
         notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")

@@ -5,6 +5,7 @@ RULES: dict[str, str] = {
     "platform.gpu": "the chosen platform (cuda/rocm/dtk) does not drive this GPU's vendor",
     "driver.too-old": "the NVIDIA driver is older than the CUDA toolkit's minimum (minor-version compatibility)",
     "driver.platform": "an NVIDIA driver version was given for a platform NVIDIA's driver does not run (ROCm, DTK, CPU)",
+    "gpu.driver": "the NVIDIA driver is older than the GPU's architecture family needs, or a branch that no longer supports it",
     "gpu.toolkit-arch": "the CUDA toolkit cannot compile for (or its libraries do not support) the GPU's architecture",
     "torch.no-variant": "no torch wheel of this version exists for the requested CUDA / ROCm / DTK",
     "torch.python": "the torch release publishes no wheel for this Python",

@@ -109,6 +109,7 @@ class Gpu:
     bandwidth_gbs: float
     min_dtk: Optional[Version]
     source: str
+    min_driver: Optional[Driver] = None  # a product newer than its architecture's first driver (H200 needs R550)
 
     @property
     def cc(self) -> Optional[CC]:
@@ -245,6 +246,16 @@ class FlashAttn:
 
 
 @dataclass(frozen=True)
+class TorchAbiBreak:
+    """A torch patch release whose C++ symbols differ from the earlier patches of its minor: an
+    extension compiled against an earlier patch fails to import on it (and later ones)."""
+    torch: Version
+    symbol: str
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
 class FlashAttnBroken:
     flash_attn: SpecifierSet
     torch: str
@@ -301,6 +312,7 @@ class Matrix:
     dtk: tuple[Dtk, ...]
     flash_attn: tuple[FlashAttn, ...]
     flash_attn_broken: tuple[FlashAttnBroken, ...]
+    torch_abi_breaks: tuple[TorchAbiBreak, ...]
     vllm: tuple[Vllm, ...]
     python: tuple[PythonRelease, ...]
     os: tuple[OsRelease, ...]
@@ -440,7 +452,7 @@ def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
 def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
     out = []
     for r in rows:
-        r.unknown_keys({"name", "aliases", "vendor", "arch", "memory_gb", "bandwidth_gbs", "min_dtk", "source"})
+        r.unknown_keys({"name", "aliases", "vendor", "arch", "memory_gb", "bandwidth_gbs", "min_dtk", "min_driver", "source"})
         vendor = r.get("vendor", _one_of("vendor", *VENDOR_PLATFORM))
         arch = r.get("arch", _pattern(r"sm_\d+|gfx[0-9a-f]+", "sm_90 or gfx942"))
         g = Gpu(
@@ -452,6 +464,7 @@ def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
             bandwidth_gbs=r.get("bandwidth_gbs", float, kind=(int, float)),
             min_dtk=r.get("min_dtk", Version, None),
             source=r.source(),
+            min_driver=r.get("min_driver", Driver.parse, None),
         )
         if r.ok:
             out.append(g)
@@ -659,6 +672,18 @@ def _parse_flash_attn(rows: list[_Row]) -> list[FlashAttn]:
     return out
 
 
+def _parse_abi_breaks(rows: list[_Row]) -> list[TorchAbiBreak]:
+    out = []
+    for r in rows:
+        r.unknown_keys({"torch", "symbol", "why", "source"})
+        x = TorchAbiBreak(torch=r.get("torch", Version), symbol=r.get("symbol", _ident), why=r.get("why", _ident), source=r.source())
+        if r.ok and (x.torch.micro == 0 or len(x.torch.release) != 3):
+            r._bad("torch", "an ABI break is a patch release like 2.3.1")
+        if r.ok:
+            out.append(x)
+    return out
+
+
 def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
     out = []
     for r in rows:
@@ -735,7 +760,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     problems: list[str] = []
     if raw.get("schema") != 1:
         problems.append("top-level `schema = 1` is missing or unsupported")
-    known = {"schema", "cuda", "gpu", "gpu_driver", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "vllm", "python", "os"}
+    known = {"schema", "cuda", "gpu", "gpu_driver", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "torch_abi_break", "vllm", "python", "os"}
     for key in raw:
         if key not in known:
             problems.append(f"unknown table `{key}`")
@@ -747,6 +772,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     dtk, dtk_torch = _parse_dtk(_rows(raw, text, "dtk", problems), problems)
     fa = _parse_flash_attn(_rows(raw, text, "flash_attn", problems))
     fa_broken = _parse_fa_broken(_rows(raw, text, "flash_attn_broken", problems))
+    abi_breaks = _parse_abi_breaks(_rows(raw, text, "torch_abi_break", problems))
     vllm = _parse_vllm(_rows(raw, text, "vllm", problems))
     python = _parse_python(_rows(raw, text, "python", problems))
     oses = _parse_os(_rows(raw, text, "os", problems))
@@ -794,6 +820,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         dtk=by_version(dtk),
         flash_attn=by_version(fa),
         flash_attn_broken=tuple(fa_broken),
+        torch_abi_breaks=tuple(abi_breaks),
         vllm=by_version(vllm),
         python=by_version(python),
         os=tuple(oses),

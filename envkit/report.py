@@ -1,6 +1,8 @@
 """Rendering for people: rich tables. (Machines get the JSON documents of the result objects.)"""
 from __future__ import annotations
 
+from packaging.version import Version
+
 from typing import Optional
 
 from rich.markup import escape
@@ -84,10 +86,15 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
         "rocm": ("ROCm", ("rocm", "archs", "image"), [(str(r.version), " ".join(r.archs), r.devel_image) for r in m.rocm]),
         "dtk": ("Hygon DTK", ("dtk", "rocm base", "torch builds", "image (public example)"),
                 [(dtk_text(d.version), d.rocm, dtk_builds(d.version), d.image_hint) for d in m.dtk]),
-        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel rule", "wheels (torch: cu)", "csrc kernels", "confidence"),
-                       [(str(f.version), str(f.python), str(f.torch), str(f.nvcc), f.wheel_rule,
-                         " ".join(f"{k}:{'/'.join(v)}" for k, v in f.wheel_torch),
-                         ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)"), f.confidence) for f in m.flash_attn]),
+        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel name", "wheels built (torch+cu)", "archs", "rocm", "csrc kernels"),
+                       [(str(f.version), str(f.python), str(f.torch), str(f.nvcc),
+                         "none" if f.wheel_format is None else f"cu{'XY' if f.wheel_format == 'major_minor' else 'X'}"
+                         + "".join(f" {r.cuda_major or ''}{'torch' + r.torch if r.torch else ''}->{r.to}" for r in f.wheel_remap),
+                         {"workflow": " ".join(sorted({f"{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda t: Version(t.split("+")[0]))),
+                          "none": "-", "unknown": "unknown (no workflow snapshot)"}[f.wheel_set],
+                         " ".join(f"{a}({spec})" for a, spec in f.archs),
+                         " ".join(f.rocm_archs) + (f" ROCm{f.rocm}" if f.rocm else ""),
+                         ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)")) for f in m.flash_attn]),
         "vllm": ("vLLM", ("version", "torch", "python", "cuda", "min cc", "rocm", "confidence"),
                  [(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
                   for v in m.vllm]),

@@ -462,19 +462,32 @@ def _check_toolkit(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Co
     return out
 
 
+def _driver_floor(m: Matrix, g: Gpu) -> tuple[Optional[Driver], str, str]:
+    """The lowest driver this GPU runs on: its product's own floor or its architecture family's,
+    whichever is higher (with what names it and its source)."""
+    fam = m.gpu_driver(g.cc) if g.cc is not None else None
+    floors = []
+    if fam is not None and fam.min_driver is not None:
+        floors.append((fam.min_driver, f"a {fam.family} GPU", fam.source))
+    if g.min_driver is not None:
+        floors.append((g.min_driver, "this product", g.source))
+    if not floors:
+        return None, "", ""
+    return max(floors, key=lambda f: f[0])
+
+
 def _check_gpu_driver(c: _Ctx) -> list[Conflict]:
-    """The driver against the GPU's architecture family: too old to drive it, or a branch that dropped it."""
+    """The driver against the GPU: too old to drive it, or a branch that dropped its architecture."""
     q = c.q
     if q.driver is None or c.gpu_cc is None or q.gpu is None or q.gpu.vendor != "nvidia":
         return []
-    fam = c.m.gpu_driver(c.gpu_cc)
-    if fam is None:
-        return []
     label = _gpu_label(q.gpu)
-    if fam.min_driver is not None and q.driver < fam.min_driver:
-        return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; it needs an NVIDIA driver >= {fam.min_driver}, this host has {q.driver}",
-                         f"upgrade the driver to {fam.min_driver} or newer (R{fam.min_driver.key[0]} branch)", fam.source)]
-    if fam.last_branch is not None and q.driver.key[0] > fam.last_branch:
+    floor, what, source = _driver_floor(c.m, q.gpu)
+    if floor is not None and q.driver < floor:
+        return [Conflict("gpu.driver", f"{label} is {what}: it needs an NVIDIA driver >= {floor}, this host has {q.driver}",
+                         f"upgrade the driver to {floor} or newer (R{floor.key[0]} branch)", source)]
+    fam = c.m.gpu_driver(c.gpu_cc)
+    if fam is not None and fam.last_branch is not None and q.driver.key[0] > fam.last_branch:
         return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; driver branch R{fam.last_branch} is the last that supports it, this host has {q.driver}",
                          f"install an R{fam.last_branch} driver (CUDA 12.x is the last toolkit for it)", fam.source)]
     return []
@@ -569,6 +582,10 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     if b.version < w.torch:
         return None, (f"the flash-attn {f.version} torch{minor} wheel is built against torch {w.torch} and misses symbols "
                       f"of older {minor}.x releases")
+    for brk in c.m.torch_abi_breaks:
+        if _minor(brk.torch) == minor and w.torch < brk.torch <= b.version:
+            return None, (f"the flash-attn {f.version} torch{minor} wheel is built against torch {w.torch}; torch {brk.torch} changed "
+                          f"{brk.symbol} ({brk.why}), so it fails to import on {b.version}")
     if not b.cxx11abi and _built_abi(c.m, w) is True:
         return None, (f"the flash-attn {f.version} cu{tag}torch{minor}cxx11abiFALSE wheel was compiled against torch {w.torch}+{w.torch_index}, "
                       "which uses the C++11 ABI (FLASH_ATTENTION_FORCE_CXX11_ABI can only force TRUE): it fails to load with 'undefined symbol'")
@@ -796,11 +813,12 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
     if b.platform == "cuda" and tk is not None:
         devel, runtime, min_driver = tk.devel_image, tk.runtime_image, tk.min_driver
         sources.append(tk.source)
+        floor, what, fsrc = _driver_floor(m, q.gpu) if q.gpu is not None and q.gpu.vendor == "nvidia" else (None, "", "")
+        if floor is not None and floor > tk.min_driver:
+            min_driver = floor
+            notes.append(f"{q.gpu.name} is {what}: it needs driver >= {floor}, above CUDA {tk.version}'s own minimum {tk.min_driver}")
+            sources.append(fsrc)
         fam = m.gpu_driver(q.gpu.cc) if q.gpu is not None and q.gpu.cc is not None else None
-        if fam is not None and fam.min_driver is not None and fam.min_driver > tk.min_driver:
-            min_driver = fam.min_driver
-            notes.append(f"{q.gpu.name} is a {fam.family} GPU: it needs driver >= {fam.min_driver}, above CUDA {tk.version}'s own minimum {tk.min_driver}")
-            sources.append(fam.source)
         if fam is not None and fam.last_branch is not None:
             notes.append(f"{q.gpu.name} is a {fam.family} GPU: R{fam.last_branch} is the last driver branch that supports it")
         if b.ptx is not None and q.gpu and q.gpu.cc and not any(sass_runs_on(a, q.gpu.cc) for a in b.ccs):

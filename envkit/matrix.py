@@ -153,6 +153,9 @@ class TorchBuild:
         return f"{self.version}+{self.local}"
 
     ccs: tuple[CC, ...] = field(default=(), compare=False, repr=False)
+    archs_known: bool = True  # False: the build exists, but no source states its arch list
+    note: str = ""  # what of this row is inferred
+    pypi: bool = False  # the build PyPI serves for `pip install torch==X`
 
     def __post_init__(self) -> None:
         if self.platform == "cuda" and not self.ccs:
@@ -171,9 +174,9 @@ class TorchBuild:
 class Rocm:
     version: Version
     archs: tuple[str, ...]
-    devel_image: str
-    runtime_image: str
-    os: str
+    devel_image: Optional[str]  # None: no public image is known; the site file names one
+    runtime_image: Optional[str]
+    os: Optional[str]
     source: str
 
 
@@ -265,17 +268,46 @@ class FlashAttnBroken:
 
 
 @dataclass(frozen=True)
+class VllmBuild:
+    """A vLLM wheel that is not on PyPI (another CUDA or a ROCm build on the GitHub release),
+    as the release's own docs or release pipeline name it; `wheel` may hold <py> for cpXY."""
+    toolkit: Version
+    wheel: str
+    status: str  # "verified" (seen downloaded) | "documented" (the release's docs/pipeline name it)
+    source: str
+    archs: Optional[tuple[CC, ...]] = None  # None: not stated
+    ptx: Optional[CC] = None
+
+
+@dataclass(frozen=True)
 class Vllm:
     version: Version
     torch: SpecifierSet
     python: SpecifierSet
-    cuda: tuple[Version, ...]
-    min_cc: CC
-    rocm: str
+    wheels: tuple[str, ...]  # the release's Linux x86_64 wheels on PyPI (preferred build first)
+    wheel_cuda: Optional[Version]  # the CUDA the PyPI wheel was built with (None: not stated anywhere)
+    wheel_cuda_major: Optional[int]
+    cuda_archs: Optional[tuple[CC, ...]]  # what the PyPI wheel was compiled for (None: unknown)
+    cuda_ptx: Optional[CC]
+    archs_from: str
     rocm_archs: tuple[str, ...]
-    wheel_tag: str
+    variants: tuple[VllmBuild, ...]
+    rocm_wheels: tuple[VllmBuild, ...]
     confidence: str
     source: str
+    missing_deps: tuple[str, ...] = ()  # exact pins PyPI no longer serves: `pip install` fails
+
+    @property
+    def min_cc(self) -> Optional[CC]:
+        return min(self.cuda_archs) if self.cuda_archs else None
+
+    def runs_on_cc(self, gpu: CC) -> Optional[bool]:
+        """None when no source states the wheel's arch list."""
+        if self.cuda_archs is None:
+            return None
+        if any(sass_runs_on(a, gpu) for a in self.cuda_archs):
+            return True
+        return self.cuda_ptx is not None and self.cuda_ptx <= gpu
 
 
 @dataclass(frozen=True)
@@ -492,7 +524,7 @@ def _parse_gpu_drivers(rows: list[_Row]) -> list[GpuDriver]:
 
 def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str, v: dict, problems: list[str]) -> Optional[TorchBuild]:
     vr = _Row("torch.variants", r.index, r.line, v, problems)
-    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "source"})
+    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "note", "pypi", "source"})
     name = vr.get("name", _ident)
     only = vr.get("only", SpecifierSet, None)
     if only is not None and version not in only:
@@ -502,7 +534,11 @@ def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str,
     platform = "cuda" if cuda else "rocm" if rocm else "cpu"
     if name and platform == "cpu" and name != "cpu":
         vr._bad("name", "a variant without `cuda` or `rocm` must be named 'cpu'")
+    archs_known = "archs" in v or platform == "cpu"
     archs = vr.get("archs", _str_list, (), kind=list)
+    confidence = vr.get("confidence", _confidence, "verified")
+    if not archs_known and confidence != "inferred":
+        vr._bad("archs", "a build without its arch list must say confidence = \"inferred\"")
     if platform == "cuda":
         for a in archs or ():
             try:
@@ -521,8 +557,11 @@ def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str,
         index_url=vr.get("index_url", _ident, f"https://download.pytorch.org/whl/{name}"),
         wheel=None,
         local=name,
-        confidence=vr.get("confidence", _confidence, "verified"),
+        confidence=confidence,
         source=vr.source(source),
+        archs_known=archs_known,
+        note=vr.get("note", _ident, ""),
+        pypi=vr.get("pypi", bool, False, kind=bool),
     )
     return b if vr.ok else None
 
@@ -551,12 +590,14 @@ def _parse_rocm(rows: list[_Row]) -> list[Rocm]:
         r.unknown_keys({"version", "archs", "devel_image", "runtime_image", "os", "confidence", "source"})
         x = Rocm(
             version=r.get("version", Version),
-            archs=r.get("archs", _str_list, kind=list),
-            devel_image=r.get("devel_image", _ident),
-            runtime_image=r.get("runtime_image", _ident),
-            os=r.get("os", _ident),
+            archs=r.get("archs", _str_list, (), kind=list),
+            devel_image=r.get("devel_image", _ident, None),
+            runtime_image=r.get("runtime_image", _ident, None),
+            os=r.get("os", _ident, None),
             source=r.source(),
         )
+        if r.ok and (x.devel_image is None) != (x.os is None):
+            r._bad("devel_image", "give devel_image, runtime_image and os together, or none of them")
         if r.ok:
             out.append(x)
     return out
@@ -695,24 +736,46 @@ def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
     return out
 
 
+def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
+    def conv(items: list) -> tuple[VllmBuild, ...]:
+        out = []
+        for b in items:
+            if not isinstance(b, dict) or set(b) - {key, "wheel", "status", "source", "archs", "ptx"} or key not in b or "wheel" not in b:
+                raise ValueError(f'each entry is {{ {key} = "X.Y", wheel = "...", status = "documented", source = "..." }}')
+            if b.get("status", "documented") not in ("verified", "documented"):
+                raise ValueError("status must be verified or documented")
+            out.append(VllmBuild(toolkit=Version(b[key]), wheel=str(b["wheel"]), status=b.get("status", "documented"),
+                                 source=str(b.get("source", "")),
+                                 archs=None if "archs" not in b else _cc_list(b["archs"]),
+                                 ptx=None if "ptx" not in b else CC.parse(b["ptx"])))
+        return tuple(out)
+    return conv
+
+
 def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
     out = []
     for r in rows:
-        r.unknown_keys({"versions", "torch", "python", "cuda", "min_cc", "rocm", "rocm_archs", "wheel_tag", "confidence", "source"})
-        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
-        common = dict(
+        r.unknown_keys({"version", "torch", "python", "python_from", "wheels", "wheel_cuda", "wheel_cuda_major", "cuda_archs", "cuda_ptx",
+                        "archs_from", "rocm_archs", "rocm_archs_from", "variants", "rocm_wheels", "missing_deps", "confidence", "source"})
+        x = Vllm(
+            version=r.get("version", Version),
             torch=r.get("torch", SpecifierSet),
             python=r.get("python", SpecifierSet),
-            cuda=r.get("cuda", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list),
-            min_cc=r.get("min_cc", CC.parse),
-            rocm=r.get("rocm", _one_of("rocm", "none", "source", "wheel")),
+            wheels=r.get("wheels", _str_list, kind=list),
+            wheel_cuda=r.get("wheel_cuda", Version, None),
+            wheel_cuda_major=r.get("wheel_cuda_major", int, None, kind=int),
+            cuda_archs=r.get("cuda_archs", _cc_list, None, kind=list),
+            cuda_ptx=r.get("cuda_ptx", CC.parse, None),
+            archs_from=r.get("archs_from", _ident, ""),
             rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
-            wheel_tag=r.get("wheel_tag", _one_of("wheel_tag", "cp", "abi3")),
+            variants=r.get("variants", _vllm_builds("cuda"), (), kind=list),
+            rocm_wheels=r.get("rocm_wheels", _vllm_builds("rocm"), (), kind=list),
             confidence=r.get("confidence", _confidence, "verified"),
             source=r.source(),
+            missing_deps=r.get("missing_deps", _str_list, (), kind=list),
         )
         if r.ok:
-            out.extend(Vllm(version=v, **common) for v in versions)
+            out.append(x)
     return out
 
 
@@ -789,7 +852,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
     _duplicates([a for d in gpu_drivers for a in d.archs], lambda a: a.sm, "gpu_driver arch", problems)
     os_names = {o.name for o in oses}
     for row in [*cuda, *rocm]:
-        if row.os not in os_names:
+        if row.os is not None and row.os not in os_names:
             problems.append(f"{type(row).__name__.lower()} {row.version}: os {row.os!r} has no [[os]] row")
     if sum(1 for o in oses if o.cpu_image) != 1:
         problems.append("exactly one [[os]] row must name the cpu_image")

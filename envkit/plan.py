@@ -146,7 +146,10 @@ def base_os(m: Matrix, sol: Solution, site: Site) -> tuple[str, str, OsRelease]:
     elif sol.platform == "rocm":
         r = m.rocm_release(sol.toolkit)
         assert r is not None
-        devel, runtime, osr = r.devel_image, r.runtime_image, m.os_release(r.os)
+        if r.devel_image is None or r.os is None:
+            raise InputError(f"no public base image for ROCm {sol.toolkit} is known to envkit",
+                             f"pin another ROCm with --rocm, or add a [[rocm]] row for {sol.toolkit} with its image and source to matrix.toml")
+        devel, runtime, osr = r.devel_image, r.runtime_image or r.devel_image, m.os_release(r.os)
     elif sol.platform == "dtk":
         if not site.dtk_devel or not site.dtk_os:
             raise InputError(f"DTK {dtk_text(sol.toolkit)} images are not on Docker Hub and no site file names one",

@@ -81,9 +81,10 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
                 [(g.name, ", ".join(g.aliases), g.vendor, g.arch, f"{g.memory_gb:g}", f"{g.bandwidth_gbs:g}" if g.bandwidth_gbs else "?")
                  for g in m.gpus]),
         "torch": ("torch builds", ("torch", "variant", "python", "archs", "cxx11abi", "confidence"),
-                  [(str(b.version), b.variant, str(b.python), " ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else ""),
+                  [(str(b.version), b.variant + (" (PyPI)" if b.pypi else ""), str(b.python),
+                    (" ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else "")) if b.archs_known else "not stated",
                     str(b.cxx11abi), b.confidence) for b in m.torch]),
-        "rocm": ("ROCm", ("rocm", "archs", "image"), [(str(r.version), " ".join(r.archs), r.devel_image) for r in m.rocm]),
+        "rocm": ("ROCm", ("rocm", "image"), [(str(r.version), r.devel_image or "none known") for r in m.rocm]),
         "dtk": ("Hygon DTK", ("dtk", "rocm base", "torch builds", "image (public example)"),
                 [(dtk_text(d.version), d.rocm, dtk_builds(d.version), d.image_hint) for d in m.dtk]),
         "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel name", "wheels built (torch+cu)", "archs", "rocm", "csrc kernels"),
@@ -95,9 +96,11 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
                          " ".join(f"{a}({spec})" for a, spec in f.archs),
                          " ".join(f.rocm_archs) + (f" ROCm{f.rocm}" if f.rocm else ""),
                          ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)")) for f in m.flash_attn]),
-        "vllm": ("vLLM", ("version", "torch", "python", "cuda", "min cc", "rocm", "confidence"),
-                 [(str(v.version), str(v.torch), str(v.python), " ".join(map(str, v.cuda)), str(v.min_cc), v.rocm, v.confidence)
-                  for v in m.vllm]),
+        "vllm": ("vLLM", ("version", "torch", "python", "PyPI wheel CUDA", "CUDA archs", "other builds", "ROCm GPUs"),
+                 [(str(v.version), str(v.torch), str(v.python), str(v.wheel_cuda or (f"{v.wheel_cuda_major}.x" if v.wheel_cuda_major else "?")),
+                   " ".join(map(str, v.cuda_archs)) + (f" +PTX{v.cuda_ptx}" if v.cuda_ptx else "") if v.cuda_archs else "not stated",
+                   " ".join(f"cu{x.toolkit}" for x in v.variants) + "".join(f" rocm{x.toolkit}" for x in v.rocm_wheels),
+                   " ".join(v.rocm_archs)) for v in m.vllm]),
         "python": ("CPython", ("python", "tarball"), [(str(p.version), p.tarball) for p in m.python]),
         "os": ("base image OS", ("os", "family", "python", "cpu image"), [(o.name, o.family, str(o.python), o.cpu_image or "") for o in m.os]),
     }

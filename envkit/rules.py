@@ -21,6 +21,8 @@ RULES: dict[str, str] = {
     "vllm.cuda": "no vLLM wheel was published for this CUDA version",
     "vllm.gpu-arch": "vLLM needs a newer GPU architecture",
     "vllm.platform": "no vLLM build for this platform",
+    "vllm.deps": "the vLLM release pins a dependency release that PyPI no longer serves",
+    "vllm.glibc": "the vLLM wheel's manylinux tag needs a newer glibc than the base image's OS",
     "kernels.removed": "the flash-attn sdist no longer ships this csrc kernel",
     "kernels.platform": "the csrc kernels need CUDA and nvcc",
 }

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from envkit import matrix
 from envkit.matrix import CC
-from envkit.resolve import parse_query, resolve
+from envkit.resolve import _Ctx, _vllm_pick, parse_query, resolve
 
 M = matrix.load()
 GPUS = [g.name for g in M.gpus]
@@ -54,12 +54,14 @@ def test_every_solution_satisfies_every_rule(args: dict) -> None:
         assert q.cuda is None or t.toolkit == q.cuda
         assert s.cuda.version.major == t.toolkit.major and s.cuda.version >= t.toolkit
         assert q.driver is None or q.driver >= s.cuda.min_driver
+        assert q.driver is None or s.min_driver is None or q.driver >= s.min_driver
     if q.vllm is not None:
         v = s.vllm
         assert v is not None and v.version in q.vllm
         assert t.version in v.torch and s.python in v.python
         if s.platform == "cuda":
-            assert t.toolkit in v.cuda
+            pick, _ = _vllm_pick(_Ctx(M, q), t, s.python, v)
+            assert pick is not None and (pick.cuda == t.toolkit or (pick.on_pypi and t.pypi))
     if q.flash_attn is not None or q.kernels:
         f = next(x for x in M.flash_attn if x.version == s.flash_attn.version)
         assert q.flash_attn is None or f.version in q.flash_attn

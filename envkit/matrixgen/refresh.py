@@ -26,18 +26,32 @@ from . import toml_emit
 class Region:
     name: str  # the TOML table the rows belong to
     directory: str  # under data/sources
-    derive: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    derive: Callable[[dict[str, Any]], list[dict[str, Any]]]  # file name -> parsed extract
     pattern: str = "*.json"
 
 
-def _flash_attn(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _flash_attn(docs: dict[str, Any]) -> list[dict[str, Any]]:
     from .derive_flash_attn import derive
+
+    return derive(list(docs.values()))
+
+
+def _torch(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_torch import derive
+
+    return derive(docs)
+
+
+def _vllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_vllm import derive
 
     return derive(docs)
 
 
 REGIONS: tuple[Region, ...] = (
     Region("flash_attn", "flash-attn", _flash_attn),
+    Region("torch", "torch", _torch),
+    Region("vllm", "vllm", _vllm),
 )
 
 _BEGIN = "# >>> derived: {name} (envkit matrix refresh; from data/sources/{directory}; do not edit by hand)"
@@ -48,15 +62,15 @@ def default_sources(matrix_path: Path) -> Path:
     return matrix_path.resolve().parent / "data" / "sources"
 
 
-def load_docs(sources: Path, region: Region) -> list[dict[str, Any]]:
+def load_docs(sources: Path, region: Region) -> dict[str, Any]:
     d = sources / region.directory
     if not d.is_dir():
         raise InputError(f"no extracts for {region.name}: {d} is not a directory",
                          "run from a checkout of envkit (data/sources is not installed with the package) or pass --sources")
-    docs = []
+    docs = {}
     for p in sorted(d.glob(region.pattern)):
         try:
-            docs.append(json.loads(p.read_text(encoding="utf-8")))
+            docs[p.name] = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{p}: not a readable JSON extract ({exc})", "re-run the extraction for this project") from None
     return docs

@@ -1,0 +1,183 @@
+"""Pure: torch extracts (data/sources/torch) -> [[torch]] rows of matrix.toml.
+
+Per release: the Pythons from the cp tags of its PyPI wheels; the PyPI build measured (its CUDA
+from torch/version.py, its arch list from the CUDA_ARCH_FLAGS string in libtorch_python.so, its
+C++ ABI from TorchConfig.cmake and the dynamic symbols); the variants on download.pytorch.org from
+the release's build matrix (variants.json), each with the arch list the release's build scripts
+(variants.json) or PyTorch's own release statements (release-notes.json) give. A variant whose
+arch list no source states is still listed (it exists) without `archs`; the resolver will not put
+a GPU on it. The ABI of a non-PyPI variant comes from maintainers' statements (abi.json), else it
+is taken as the PyPI build's and the row is marked inferred.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from packaging.version import Version
+
+_VERSION_FILE = re.compile(r"\d+\.\d+\.\d+\.json")
+
+
+class DeriveError(Exception):
+    pass
+
+
+def _dotted(arch: str) -> Optional[str]:
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+    if not m:
+        return None
+    d = m.group(1)
+    return f"{d[:-1]}.{d[-1]}"
+
+
+def cuda_archs(sm: list[str]) -> list[str]:
+    """sm_50 sm_90a sm_120 -> 5.0 9.0 12.0 (arch-specific a/f variants fold into their arch)."""
+    out: list[str] = []
+    for a in sm:
+        d = _dotted(a)
+        if d is None:
+            raise DeriveError(f"not a CUDA arch: {a!r}")
+        if d not in out:
+            out.append(d)
+    return sorted(out, key=lambda x: tuple(int(p) for p in x.split(".")))
+
+
+def _abi_statement(abi: dict[str, Any], version: str, name: str) -> Optional[tuple[bool, str]]:
+    for st in abi.get("statements", []):
+        if version in st["releases"]:
+            v = st["variants"].get(name, st["variants"].get("*"))
+            if v is not None:
+                return bool(v), st["evidence"][0]["url"]
+    return None
+
+
+def _notes_variant(notes: dict[str, Any], version: str, name: str) -> Optional[dict[str, Any]]:
+    for v in notes.get("releases", {}).get(version, {}).get("variants", []):
+        if v.get("name") == name and v.get("status") in ("verified", "derived") and v.get("archs"):
+            return v
+    return None
+
+
+def _pypi(ext: dict[str, Any]) -> dict[str, Any]:
+    m = ext["measured"][0] if ext.get("measured") else None
+    if m is None:
+        raise DeriveError(f"torch {ext['version']}: no measured Linux x86_64 wheel")
+    flags = m["arch_flags"]["strings"]
+    if len(flags) != 1:
+        raise DeriveError(f"torch {ext['version']}: {len(flags)} arch-flag strings in libtorch_python.so, expected 1")
+    tokens = flags[0].split()
+    ptx = [t for t in tokens if t.startswith("compute_")]
+    vpy = m["version_py"]
+    return {
+        "local": vpy["__version__"].split("+", 1)[1] if "+" in vpy["__version__"] else None,
+        "cuda": vpy.get("cuda"),
+        "archs": cuda_archs([t for t in tokens if t.startswith("sm_")]),
+        "ptx": _dotted("sm_" + ptx[-1][len("compute_"):]) if ptx else None,
+        "abi": m["cxx11abi"]["value"],
+        "citation": m["wheel"]["citation"],
+    }
+
+
+def _python(ext: dict[str, Any]) -> str:
+    minors = sorted({int(t[3:]) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
+                     if re.fullmatch(r"cp3\d+", t)})
+    if not minors:
+        raise DeriveError(f"torch {ext['version']}: no CPython wheel tags")
+    for a, b in zip(minors, minors[1:]):
+        if b != a + 1:
+            raise DeriveError(f"torch {ext['version']}: Python wheels skip 3.{a + 1}")
+    return f">=3.{minors[0]},<3.{minors[-1] + 1}"
+
+
+def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes: dict[str, Any], abi: dict[str, Any]) -> dict[str, Any]:
+    version = ext["version"]
+    pypi = _pypi(ext)
+    variants: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    published = listing["variants"] if listing else []
+    if not any(v.get("on_pypi") for v in published):
+        published = [{"name": pypi["local"], "cuda": pypi["cuda"], "on_pypi": True, "published": "verified", "status": "verified"}, *published]
+    for v in published:
+        name = v["name"]
+        if name in seen or v.get("published") != "verified":
+            continue
+        seen.add(name)
+        row: dict[str, Any] = {"name": name}
+        is_rocm = name.startswith("rocm")
+        if is_rocm:
+            row["rocm"] = v.get("rocm") or name[4:]
+        else:
+            row["cuda"] = v.get("cuda")
+        inferred: list[str] = []
+        sources: list[str] = []
+        if v.get("on_pypi"):
+            row["pypi"] = True
+            row["archs"], ptx = pypi["archs"], pypi["ptx"]
+            if ptx:
+                row["ptx"] = ptx
+            sources.append(pypi["citation"])
+        elif v.get("status") == "verified" and v.get("archs"):
+            row["archs"] = sorted(set(v["archs"]), key=_sort_key) if is_rocm else cuda_archs(v["archs"])
+            if v.get("ptx"):
+                row["ptx"] = v["ptx"]
+            sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
+        else:
+            n = _notes_variant(notes, version, name)
+            if n is not None:
+                row["archs"] = sorted(set(n["archs"]), key=_sort_key) if is_rocm else cuda_archs(
+                    [a if a.startswith("sm_") else "sm_" + a.replace(".", "") for a in n["archs"]])
+                if n.get("ptx"):
+                    row["ptx"] = n["ptx"]
+                sources.extend(e["url"] for e in n.get("evidence", []))
+                if n["status"] == "derived":
+                    inferred.append("arch list derived from dated pull requests")
+            else:
+                inferred.append("no source states its arch list")
+                sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
+        if v.get("on_pypi"):
+            if pypi["abi"] is None:
+                raise DeriveError(f"torch {version}: the PyPI build's C++ ABI was not measured")
+            row["cxx11abi"] = bool(pypi["abi"])
+        else:
+            st = _abi_statement(abi, version, name)
+            if st is not None:
+                row["cxx11abi"] = st[0]
+                sources.append(st[1])
+            else:
+                row["cxx11abi"] = bool(pypi["abi"])
+                inferred.append("C++ ABI taken from the release's PyPI build")
+        if inferred:
+            row["confidence"] = "inferred"
+            row["note"] = "; ".join(inferred)
+        row["source"] = "; ".join(dict.fromkeys(sources))
+        variants.append(row)
+    variants.sort(key=lambda r: (0 if "cuda" in r else 1, [-x for x in Version(r.get("cuda") or r.get("rocm")).release]))
+    return {
+        "versions": [version],
+        "python": _python(ext),
+        "source": pypi["citation"] + (f"; {listing['listing']['evidence']['url_at_commit']}" if listing and listing.get("listing", {}).get("evidence") else ""),
+        "variants": variants + [_cpu(version, pypi, abi)],
+    }
+
+
+def _cpu(version: str, pypi: dict[str, Any], abi: dict[str, Any]) -> dict[str, Any]:
+    st = _abi_statement(abi, version, "cpu")
+    if st is not None:
+        return {"name": "cpu", "cxx11abi": st[0], "source": st[1]}
+    return {"name": "cpu", "cxx11abi": bool(pypi["abi"]), "confidence": "inferred",
+            "note": "C++ ABI taken from the release's PyPI build", "source": pypi["citation"]}
+
+
+def _sort_key(a: str) -> tuple:
+    m = re.fullmatch(r"gfx(\d+)([0-9a-f]*)", a)
+    return (int(m.group(1)[:2] if len(m.group(1)) > 3 else m.group(1)[:1]), a) if m else (0, a)
+
+
+def derive(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    exts = [d for name, d in docs.items() if _VERSION_FILE.fullmatch(name)]
+    listings = {r["version"]: r for r in docs.get("variants.json", {}).get("releases", [])}
+    notes = docs.get("release-notes.json", {})
+    abi = docs.get("abi.json", {})
+    rows = [derive_release(e, listings.get(e["version"]), notes, abi) for e in exts]
+    return sorted(rows, key=lambda r: Version(r["versions"][0]), reverse=True)

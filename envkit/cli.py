@@ -628,13 +628,17 @@ def matrix_check(
     m = mx.load(path)
     counts = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
               "flash_attn": len(m.flash_attn), "vllm": len(m.vllm), "python": len(m.python)}
-    inferred = sum(1 for b in m.torch if b.confidence == "inferred") + sum(1 for f in m.flash_attn if f.confidence == "inferred") \
-        + sum(1 for v in m.vllm if v.confidence == "inferred")
+    inferred = mx.inferred_entries(m)
     if as_json:
-        _print_json({"schema": 1, "ok": True, "path": m.path, "rows": counts, "inferred": inferred})
+        _print_json({"schema": 1, "ok": True, "path": m.path, "rows": counts, "inferred": inferred["total"],
+                     "inferred_kinds": inferred["kinds"], "inferred_that_can_name_an_artifact": inferred["can_name_artifact"]})
         return
     sys.stdout.write(f"{m.path}: valid; " + ", ".join(f"{v} {k}" for k, v in counts.items())
-                     + f"; {inferred} entries marked inferred\n")
+                     + f"; {inferred['total']} facts inferred, {len(inferred['can_name_artifact'])} of them could name an artifact\n")
+    for kind, n in sorted(inferred["kinds"].items()):
+        sys.stdout.write(f"  inferred: {n} x {kind}\n")
+    for name in inferred["can_name_artifact"]:
+        sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
 
 
 @matrix_app.command("refresh")

@@ -156,6 +156,7 @@ class TorchBuild:
     archs_known: bool = True  # False: the build exists, but no source states its arch list
     note: str = ""  # what of this row is inferred
     pypi: bool = False  # the build PyPI serves for `pip install torch==X`
+    abi_known: bool = True  # False: cxx11abi is taken from the release's PyPI build, no source states it
 
     def __post_init__(self) -> None:
         if self.platform == "cuda" and not self.ccs:
@@ -524,7 +525,7 @@ def _parse_gpu_drivers(rows: list[_Row]) -> list[GpuDriver]:
 
 def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str, v: dict, problems: list[str]) -> Optional[TorchBuild]:
     vr = _Row("torch.variants", r.index, r.line, v, problems)
-    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "note", "pypi", "source"})
+    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "note", "pypi", "cxx11abi_inferred", "source"})
     name = vr.get("name", _ident)
     only = vr.get("only", SpecifierSet, None)
     if only is not None and version not in only:
@@ -562,6 +563,7 @@ def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str,
         archs_known=archs_known,
         note=vr.get("note", _ident, ""),
         pypi=vr.get("pypi", bool, False, kind=bool),
+        abi_known=not vr.get("cxx11abi_inferred", bool, False, kind=bool),
     )
     return b if vr.ok else None
 
@@ -889,6 +891,43 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
         os=tuple(oses),
         raw=raw,
     )
+
+
+def inferred_entries(m: Matrix) -> dict[str, Any]:
+    """What in the matrix rests on inference rather than a stated fact, and whether any of it could
+    make envkit name an artifact (a wheel, an image) that might not exist or not fit."""
+    kinds: dict[str, int] = {}
+
+    def add(kind: str) -> None:
+        kinds[kind] = kinds.get(kind, 0) + 1
+
+    artifacts: list[str] = []
+    for b in m.torch:
+        if b.confidence != "inferred":
+            continue
+        if not b.archs_known:
+            add("torch build without a stated arch list (never given a GPU)")
+        elif b.note.startswith("arch list derived"):
+            add("torch arch list derived from dated pull requests (answers say so)")
+        if not b.abi_known:
+            add("torch C++ ABI taken from the release's PyPI build (no flash-attn wheel chosen for it)")
+            if b.platform == "cuda" and b.archs_known and not b.note:
+                artifacts.append(b.pin)
+        if b.archs_known and b.abi_known and not b.note.startswith("arch list derived"):
+            artifacts.append(b.pin)  # inferred for a reason this report does not know
+    for f in m.flash_attn:
+        if f.confidence == "inferred":
+            add("flash-attn release marked inferred")
+            if f.wheel_set == "workflow":
+                artifacts.append(f"flash-attn {f.version}")
+    for v in m.vllm:
+        if v.confidence == "inferred":
+            add("vLLM release marked inferred")
+            artifacts.append(f"vllm {v.version}")
+    for d in m.gpu_drivers:
+        if d.confidence == "inferred":
+            add("driver floor from the first toolkit of the family (can only refuse a driver)")
+    return {"total": sum(kinds.values()), "kinds": kinds, "can_name_artifact": artifacts}
 
 
 def _norm(name: str) -> str:

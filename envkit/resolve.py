@@ -473,9 +473,9 @@ def _driver_floor(m: Matrix, g: Gpu) -> tuple[Optional[Driver], str, str]:
     fam = m.gpu_driver(g.cc) if g.cc is not None else None
     floors = []
     if fam is not None and fam.min_driver is not None:
-        floors.append((fam.min_driver, f"a {fam.family} GPU", fam.source))
+        floors.append((fam.min_driver, f"a GPU of the {fam.family} family", fam.source))
     if g.min_driver is not None:
-        floors.append((g.min_driver, "this product", g.source))
+        floors.append((g.min_driver, f"first driven by the R{g.min_driver.key[0]} branch", g.source))
     if not floors:
         return None, "", ""
     return max(floors, key=lambda f: f[0])
@@ -670,6 +670,9 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     if f.wheel_set == "unknown":
         return None, (f"the build matrix of flash-attn {f.version} is not in envkit's source snapshots, "
                       "so no wheel filename is named (a wheel may exist on its GitHub release)")
+    if not b.abi_known:
+        return None, (f"no source states the C++ ABI of torch {b.pin} (envkit only knows its PyPI build's), "
+                      "so no prebuilt flash-attn wheel is chosen for it")
     tag = f.cuda_tag(b.toolkit, b.version)
     minor = _minor(b.version)
     abi = "TRUE" if b.cxx11abi else "FALSE"
@@ -981,7 +984,7 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
         if pick is not None:
             vw, vu = pick.wheel, pick.url
             if not pick.on_pypi and vw:
-                notes.append(f"vLLM {v.version} {'+'.join(filter(None, [str(pick.cuda) if pick.cuda else '']))} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
+                notes.append(f"vLLM {v.version} CUDA {pick.cuda} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
         if b.platform == "rocm" and not vw:
             notes.append(f"vLLM {v.version} on ROCm is built from source (vLLM's Dockerfile.rocm)")
     return Solution(

@@ -146,6 +146,7 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
                 sources.append(st[1])
             else:
                 row["cxx11abi"] = bool(pypi["abi"])
+                row["cxx11abi_inferred"] = True
                 inferred.append("C++ ABI taken from the release's PyPI build")
         if inferred:
             row["confidence"] = "inferred"
@@ -165,7 +166,7 @@ def _cpu(version: str, pypi: dict[str, Any], abi: dict[str, Any]) -> dict[str, A
     st = _abi_statement(abi, version, "cpu")
     if st is not None:
         return {"name": "cpu", "cxx11abi": st[0], "source": st[1]}
-    return {"name": "cpu", "cxx11abi": bool(pypi["abi"]), "confidence": "inferred",
+    return {"name": "cpu", "cxx11abi": bool(pypi["abi"]), "cxx11abi_inferred": True, "confidence": "inferred",
             "note": "C++ ABI taken from the release's PyPI build", "source": pypi["citation"]}
 
 

@@ -278,6 +278,7 @@ class VllmBuild:
     source: str
     archs: Optional[tuple[CC, ...]] = None  # None: not stated
     ptx: Optional[CC] = None
+    python: Optional[tuple[Version, ...]] = None  # the Pythons it is published for, when the source limits them
 
 
 @dataclass(frozen=True)
@@ -416,13 +417,13 @@ def _ident(x: Any) -> Any:
     return x
 
 
-def _str_list(x: list) -> tuple[str, ...]:
-    if not all(isinstance(i, str) for i in x):
+def _str_list(x: Any) -> tuple[str, ...]:
+    if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
         raise ValueError("expected a list of strings")
     return tuple(x)
 
 
-def _cc_list(x: list) -> tuple[CC, ...]:
+def _cc_list(x: Any) -> tuple[CC, ...]:
     return tuple(CC.parse(i) for i in _str_list(x))
 
 
@@ -642,6 +643,19 @@ def _parse_dtk(rows: list[_Row], problems: list[str]) -> tuple[list[Dtk], list[T
     return out, builds
 
 
+def _python_list(x: Any) -> tuple[Version, ...]:
+    if not isinstance(x, list) or not all(isinstance(p, str) and re.fullmatch(r"3\.\d+", p) for p in x):
+        raise ValueError('a Python list is like ["3.10", "3.11"]')
+    return tuple(Version(p) for p in x)
+
+
+def _str_field(d: dict, key: str, pattern: str = r".+", example: str = "") -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not re.fullmatch(pattern, v):
+        raise ValueError(f"{key} must be a string" + (f" like {example}" if example else ""))
+    return v
+
+
 def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
     out = []
     for w in items:
@@ -656,9 +670,10 @@ def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
         cuda = w.get("cuda")
         if not isinstance(cuda, str) or not cuda.isdigit():
             raise ValueError('wheels.cuda must be the cu tag\'s digits, like "12" or "118"')
-        out.append(FaWheelBuild(cuda=cuda, torch=Version(w["torch"]), torch_index=str(w["torch_index"]),
-                                nvcc=Version(w["nvcc"]), platform=str(w.get("platform", "linux_x86_64")),
-                                python=tuple(Version(p) for p in _str_list(w["python"])), abi=tuple(abi)))
+        out.append(FaWheelBuild(cuda=cuda, torch=Version(_str_field(w, "torch")), torch_index=_str_field(w, "torch_index", r"cu\d+", "cu121"),
+                                nvcc=Version(_str_field(w, "nvcc")),
+                                platform=_str_field({"platform": w.get("platform", "linux_x86_64")}, "platform", r"linux_(x86_64|aarch64)", "linux_x86_64"),
+                                python=_python_list(w.get("python")), abi=tuple(abi)))
     return tuple(out)
 
 
@@ -669,8 +684,11 @@ def _fa_rule(x: Any) -> tuple[Optional[str], tuple[FaRemap, ...]]:
         raise ValueError('wheel_rule must be "none" or { format = "major" | "major_minor", remap = [...] }')
     remap = []
     for r in x.get("remap", []):
-        if not isinstance(r, dict) or "to" not in r or set(r) - {"cuda_major", "torch", "to"}:
-            raise ValueError('each remap entry is { cuda_major = N, torch = "X.Y", to = "X.Y" } (cuda_major and torch optional)')
+        if not isinstance(r, dict) or "to" not in r or set(r) - {"cuda_major", "torch", "to"} \
+                or ("cuda_major" in r and (not isinstance(r["cuda_major"], int) or isinstance(r["cuda_major"], bool))) \
+                or ("torch" in r and not (isinstance(r["torch"], str) and re.fullmatch(r"\d+\.\d+", r["torch"]))) \
+                or not isinstance(r["to"], str):
+            raise ValueError('each remap entry is { cuda_major = 12, torch = "2.1", to = "12.2" } (cuda_major and torch optional)')
         remap.append(FaRemap(cuda_major=r.get("cuda_major"), torch=r.get("torch"), to=Version(r["to"])))
     return x["format"], tuple(remap)
 
@@ -738,18 +756,33 @@ def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
     return out
 
 
+def _strict_int(x: Any) -> int:
+    if isinstance(x, bool):
+        raise ValueError("expected an integer, got a boolean")
+    return int(x)
+
+
+def _nonempty_wheels(x: list) -> tuple[str, ...]:
+    ws = _str_list(x)
+    if not ws or not all(w.endswith(".whl") for w in ws):
+        raise ValueError("wheels lists the release's wheel filenames (at least one)")
+    return ws
+
+
 def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
     def conv(items: list) -> tuple[VllmBuild, ...]:
         out = []
         for b in items:
-            if not isinstance(b, dict) or set(b) - {key, "wheel", "status", "source", "archs", "ptx"} or key not in b or "wheel" not in b:
+            if not isinstance(b, dict) or set(b) - {key, "wheel", "status", "source", "archs", "ptx", "python"} or key not in b or "wheel" not in b:
                 raise ValueError(f'each entry is {{ {key} = "X.Y", wheel = "...", status = "documented", source = "..." }}')
             if b.get("status", "documented") not in ("verified", "documented"):
                 raise ValueError("status must be verified or documented")
-            out.append(VllmBuild(toolkit=Version(b[key]), wheel=str(b["wheel"]), status=b.get("status", "documented"),
+            wheel = _str_field(b, "wheel", r"vllm-\S+\.whl", "vllm-<v>+cu118-cp<py>-cp<py>-manylinux1_x86_64.whl")
+            out.append(VllmBuild(toolkit=Version(_str_field(b, key)), wheel=wheel, status=b.get("status", "documented"),
                                  source=str(b.get("source", "")),
-                                 archs=None if "archs" not in b else _cc_list(b["archs"]),
-                                 ptx=None if "ptx" not in b else CC.parse(b["ptx"])))
+                                 archs=None if "archs" not in b else _cc_list(b["archs"] if isinstance(b["archs"], list) else None),
+                                 ptx=None if "ptx" not in b else CC.parse(_str_field(b, "ptx")),
+                                 python=None if "python" not in b else _python_list(b["python"])))
         return tuple(out)
     return conv
 
@@ -763,9 +796,9 @@ def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
             version=r.get("version", Version),
             torch=r.get("torch", SpecifierSet),
             python=r.get("python", SpecifierSet),
-            wheels=r.get("wheels", _str_list, kind=list),
+            wheels=r.get("wheels", _nonempty_wheels, kind=list),
             wheel_cuda=r.get("wheel_cuda", Version, None),
-            wheel_cuda_major=r.get("wheel_cuda_major", int, None, kind=int),
+            wheel_cuda_major=r.get("wheel_cuda_major", _strict_int, None, kind=int),
             cuda_archs=r.get("cuda_archs", _cc_list, None, kind=list),
             cuda_ptx=r.get("cuda_ptx", CC.parse, None),
             archs_from=r.get("archs_from", _ident, ""),
@@ -844,6 +877,7 @@ def parse(text: str, path: str = "matrix.toml") -> Matrix:
 
     _duplicates(cuda, lambda c: c.version, "cuda version", problems)
     _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
+    _duplicates([b for b in torch if b.pypi], lambda b: str(b.version), "PyPI build (pypi = true) of torch", problems)
     _duplicates(fa, lambda f: f.version, "flash_attn version", problems)
     _duplicates(vllm, lambda v: v.version, "vllm version", problems)
     names: list[str] = []

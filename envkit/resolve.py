@@ -286,6 +286,10 @@ class Solution:
                 out["flash_attn_wheel"] = self.flash_attn.wheel
         if self.vllm:
             out["vllm"] = str(self.vllm.version)
+            if self.vllm_wheel:
+                out["vllm_wheel"] = self.vllm_wheel
+        if self.min_driver is not None:
+            out["min_driver"] = str(self.min_driver)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -542,25 +546,40 @@ def _wheel_fits(wheel: str, py: Version) -> tuple[bool, Optional[tuple[int, int]
 
 
 def _vllm_pick(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[VllmPick], str]:
-    """The vLLM build that goes with torch build b, or why none does."""
+    """The vLLM build that goes with torch build b, or why none does: the PyPI wheel when b has its
+    CUDA, else a GitHub build the release names for b's CUDA, else the PyPI wheel beside torch's
+    own PyPI build (the pair `pip install vllm` makes)."""
+    cp = f"cp{py.major}{py.minor}"
+
+    def github(x) -> Optional[VllmPick]:
+        if x.python is not None and py not in x.python:
+            return None
+        wheel = x.wheel.replace("<v>", str(v.version)).replace("<py>", cp[2:])
+        return VllmPick(wheel, f"{VLLM_RELEASES}/v{v.version}/{wheel}", False, x.archs, x.ptx, x.toolkit if b.platform == "cuda" else None)
+
+    def pypi() -> VllmPick:
+        wheel = next((w for w in v.wheels if _wheel_fits(w, py)[0]), None)
+        return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, v.cuda_archs, v.cuda_ptx, v.wheel_cuda)
+
     if b.platform == "cuda":
         same_major = v.wheel_cuda_major is None or v.wheel_cuda_major == b.toolkit.major
-        if same_major and ((v.wheel_cuda is not None and b.toolkit == v.wheel_cuda) or b.pypi):
-            wheel = next((w for w in v.wheels if _wheel_fits(w, py)[0]), None)
-            return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, v.cuda_archs, v.cuda_ptx, v.wheel_cuda), ""
+        if same_major and v.wheel_cuda is not None and b.toolkit == v.wheel_cuda:
+            return pypi(), ""
         for var in v.variants:
             if var.toolkit == b.toolkit:
-                cp = f"cp{py.major}{py.minor}"
-                wheel = var.wheel.replace("<v>", str(v.version)).replace("<py>", cp[2:])
-                return VllmPick(wheel, f"{VLLM_RELEASES}/v{v.version}/{wheel}", False, var.archs, var.ptx, var.toolkit), ""
+                pick = github(var)
+                if pick is not None:
+                    return pick, ""
+        if same_major and b.pypi:
+            return pypi(), ""
         built = [f"CUDA {v.wheel_cuda or f'{v.wheel_cuda_major}.x'} (PyPI)"] + [f"CUDA {x.toolkit}" for x in v.variants]
         return None, f"vLLM {v.version} publishes no wheel for torch {b.pin}: its sources name {', '.join(built)}"
     if b.platform == "rocm":
         for var in v.rocm_wheels:
             if _prefix(b.toolkit, var.toolkit) or _prefix(var.toolkit, b.toolkit):
-                cp = f"cp{py.major}{py.minor}"
-                wheel = var.wheel.replace("<v>", str(v.version)).replace("<py>", cp[2:])
-                return VllmPick(wheel, f"{VLLM_RELEASES}/v{v.version}/{wheel}", False, None, None, None), ""
+                pick = github(var)
+                if pick is not None:
+                    return pick, ""
         return VllmPick(None, None, False, None, None, None), ""
     return None, ""
 
@@ -678,7 +697,7 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     abi = "TRUE" if b.cxx11abi else "FALSE"
     if tag is None or _tag_major(tag) != b.toolkit.major:
         return None, f"setup.py of flash-attn {f.version} would fetch a cu{tag} wheel (another CUDA major) for torch {b.pin}"
-    named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi]
+    named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi and w.platform == "linux_x86_64"]
     if not named:
         built = sorted({f"torch{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda s: (Version(s[5:].split("+")[0]), s))
         return None, (f"flash-attn {f.version} published no cu{tag}torch{minor}cxx11abi{abi} wheel "
@@ -690,6 +709,10 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     if len({(w.torch, w.nvcc) for w in fits}) > 1:
         return None, f"flash-attn {f.version}'s workflow built two different cu{tag}torch{minor} wheels under one name; which one was uploaded is unknown"
     w = fits[0]
+    if w.torch.is_devrelease or w.torch.is_prerelease:
+        return None, (f"the flash-attn {f.version} torch{minor} wheel was compiled against the nightly torch {w.torch}; released "
+                      f"{minor}.x builds differ in C++ symbols (undefined symbol _ZN3c104cuda9SetDeviceEi on 2.3.0: "
+                      "https://github.com/Dao-AILab/flash-attention/issues/931)")
     if b.version < w.torch:
         return None, (f"the flash-attn {f.version} torch{minor} wheel is built against torch {w.torch} and misses symbols "
                       f"of older {minor}.x releases")
@@ -706,7 +729,8 @@ def _fa_wheel(c: _Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Option
     if c.gpu_cc and not any(sass_runs_on(a, c.gpu_cc) for a in _fa_archs(c, f, w.nvcc)):
         return None, f"the flash-attn {f.version} cu{tag} wheel (nvcc {w.nvcc}) has no {c.gpu_cc.sm} kernels"
     cp = f"cp{py.major}{py.minor}"
-    return f"flash_attn-{f.version}+cu{tag}torch{minor}cxx11abi{abi}-{cp}-{cp}-{w.platform}.whl", ""
+    abi_tag = f"{cp}m" if py < Version("3.8") else cp  # CPython 3.7 wheels carry the pymalloc ABI tag
+    return f"flash_attn-{f.version}+cu{tag}torch{minor}cxx11abi{abi}-{cp}-{abi_tag}-{w.platform}.whl", ""
 
 
 def _fa_arch_hint(c: _Ctx, cc: CC) -> Optional[tuple[FlashAttn, SpecifierSet]]:
@@ -815,7 +839,10 @@ def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
         pinned = [b for b in builds if any(_in(v.torch, b.version) for v in wanted)]
         builds = pinned or builds
     if q.vllm is not None:
-        return sorted(builds, key=lambda b: (b.version, b.pypi, b.toolkit or Version("0")), reverse=True)
+        # with a vLLM asked for: per torch release, the build with its PyPI wheel's CUDA first, then
+        # torch's own PyPI build (the pair pip makes), then the newest toolkit
+        wheel_cudas = {v.wheel_cuda for v in wanted if v.wheel_cuda is not None}
+        return sorted(builds, key=lambda b: (b.version, b.toolkit in wheel_cudas, b.pypi, b.toolkit or Version("0")), reverse=True)
     return sorted(builds, key=lambda b: (b.version, b.toolkit or Version("0")), reverse=True)
 
 
@@ -984,7 +1011,8 @@ def _solution(m: Matrix, q: Query, pick: tuple) -> Solution:
         if pick is not None:
             vw, vu = pick.wheel, pick.url
             if not pick.on_pypi and vw:
-                notes.append(f"vLLM {v.version} CUDA {pick.cuda} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
+                built_for = f"CUDA {pick.cuda}" if pick.cuda else f"ROCm {b.toolkit}"
+                notes.append(f"vLLM {v.version} {built_for} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
         if b.platform == "rocm" and not vw:
             notes.append(f"vLLM {v.version} on ROCm is built from source (vLLM's Dockerfile.rocm)")
     return Solution(

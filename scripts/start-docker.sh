@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (if needed) and start a real Docker Engine on this Debian machine, then wait for its socket.
 # The sandbox lacks CAP_SYS_RESOURCE, so containers get ulimits no higher than the current ones
-# (../shared/notes/machines.md). Idempotent: an engine that already answers is left alone.
+# (its default-ulimits in /etc/docker/daemon.json). Idempotent: an engine that already answers is left alone.
 set -euo pipefail
 if docker info > /dev/null 2>&1; then
     echo "docker: engine already answering"; exit 0

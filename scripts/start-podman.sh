@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (if needed) and start Podman's Docker-compatible API on /tmp/podman.sock, so envkit can
 # use it through DOCKER_HOST=unix:///tmp/podman.sock. runc, not crun (cgroups in hybrid mode), and
-# the ulimits this sandbox allows (../shared/notes/machines.md).
+# the ulimits this sandbox allows (no CAP_SYS_RESOURCE).
 set -euo pipefail
 SOCK=${PODMAN_SOCK:-/tmp/podman.sock}
 if ! command -v podman > /dev/null; then

@@ -62,3 +62,27 @@ def test_a_vllm_pin_without_a_torch_row_is_refused() -> None:
     with pytest.raises(MatrixError) as info:
         matrix.parse(bad)
     assert any("matches no [[torch]] row" in p for p in info.value.problems)
+
+
+DERIVED_MUTATIONS = [
+    ('cuda_ptx = "9.0"', "cuda_ptx = 9", "cuda_ptx"),
+    ('python = ["3.8", "3.9", "3.10", "3.11"], abi', 'python = "310", abi', "wheels"),
+    ('{ cuda_major = 11, to = "11.8" }', '{ cuda_major = "11", to = "11.8" }', "wheel_rule"),
+    ("wheel_cuda_major = 12", "wheel_cuda_major = true", "wheel_cuda_major"),
+    ('wheels = ["vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"]', "wheels = []", "wheels"),
+]
+
+
+@pytest.mark.parametrize("old,new,key", DERIVED_MUTATIONS)
+def test_bad_values_in_the_new_fields_are_named_not_raised(old: str, new: str, key: str) -> None:
+    assert old in TEXT, old
+    with pytest.raises(MatrixError) as err:
+        matrix.parse(TEXT.replace(old, new, 1))
+    assert any(key in p and p.startswith("line ") for p in err.value.problems), err.value.problems
+
+
+def test_two_pypi_builds_of_one_torch_release_are_refused() -> None:
+    i = TEXT.index('name = "cu126", cuda = "12.6"')
+    bad = TEXT[:i] + TEXT[i:].replace('cxx11abi = true', 'pypi = true, cxx11abi = true', 1)
+    with pytest.raises(MatrixError, match="PyPI build"):
+        matrix.parse(bad)

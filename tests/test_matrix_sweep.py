@@ -14,14 +14,17 @@ GPUS = [g for g in M.gpus if g.vendor in ("nvidia", "amd")]
 TORCH = sorted({str(b.version) for b in M.torch if b.platform in ("cuda", "rocm")}, key=Version)
 
 
-def _fa_wheel_names() -> set[str]:
-    names = set()
+def _fa_wheel_names() -> dict[str, Version]:
+    """Every wheel the derived wheel sets hold, with the nvcc that built it (the workflow's names:
+    CPython 3.7 wheels carry the cp37m ABI tag)."""
+    names = {}
     for f in M.flash_attn:
         for w in f.wheels:
             for py in w.python:
                 for abi in w.abi:
                     cp = f"cp{py.major}{py.minor}"
-                    names.add(f"flash_attn-{f.version}+cu{w.cuda}torch{w.torch_minor}cxx11abi{str(abi).upper()}-{cp}-{cp}-{w.platform}.whl")
+                    abi_tag = cp + ("m" if py < Version("3.8") else "")
+                    names[f"flash_attn-{f.version}+cu{w.cuda}torch{w.torch_minor}cxx11abi{str(abi).upper()}-{cp}-{abi_tag}-{w.platform}.whl"] = w.nvcc
     return names
 
 
@@ -41,8 +44,7 @@ def _check_gpu_fit(q, s) -> None:
         f = next(x for x in M.flash_attn if x.version == s.flash_attn.version)
         if s.flash_attn.build == "wheel":
             assert s.flash_attn.wheel in FA_WHEELS, f"{s.flash_attn.wheel} is in no derived wheel set"
-            nvcc = next(w.nvcc for w in f.wheels if w.cuda in s.flash_attn.wheel.split("+cu")[1].split("torch")[0] and
-                        f"torch{w.torch_minor}cxx11" in s.flash_attn.wheel)
+            nvcc = FA_WHEELS[s.flash_attn.wheel]
             assert any(sass_runs_on(a, g.cc) for a in f.archs_for(nvcc)), f"{s.flash_attn.wheel} has no {g.arch} kernels"
         elif s.platform == "cuda":
             assert any(sass_runs_on(CC.parse(a), g.cc) for a in s.flash_attn.arch_list)

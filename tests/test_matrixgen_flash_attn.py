@@ -193,3 +193,34 @@ def test_derived_rows_load_and_every_release_has_one() -> None:
     assert not any(w.torch_minor == "2.8" for w in fa["2.8.2"].wheels)
     assert not any(str(p) == "3.12" for w in fa["2.5.8"].wheels for p in w.python)
     assert fa["2.8.3.post2"].wheel_set == "unknown"
+
+
+def test_a_later_assignment_overrides_an_earlier_one() -> None:
+    code = textwrap.dedent("""\
+        def get_wheel_url():
+            torch_cuda_version = parse(torch.version.cuda)
+            torch_version_raw = parse(torch.__version__)
+            torch_cuda_version = parse("11.8") if torch_cuda_version.major == 11 else parse("12.3")
+            if torch_version_raw.major == 2 and torch_version_raw.minor == 1:
+                torch_cuda_version = parse("12.2")
+            cuda_version = f"{torch_cuda_version.major}{torch_cuda_version.minor}"
+            wheel_filename = f"x+cu{cuda_version}"
+        """)
+    rule = src.wheel_name_rule(ast.parse(code))
+    assert rule["remap"] == [{"torch": "2.1", "to": "12.2"}, {"cuda_major": 11, "to": "11.8"}, {"to": "12.3"}]
+
+
+def test_code_the_interpreter_cannot_express_stops_the_extraction() -> None:
+    code = textwrap.dedent("""\
+        def get_wheel_url():
+            torch_cuda_version = parse(torch.version.cuda)
+            if torch_version_raw.minor == 1:
+                if torch_cuda_version.major == 12:
+                    torch_cuda_version = parse("12.2")
+            else:
+                torch_cuda_version = parse("12.3")
+            cuda_version = f"{torch_cuda_version.major}"
+            wheel_filename = f"x+cu{cuda_version}"
+        """)
+    with pytest.raises(src.Unrecognised):
+        src.wheel_name_rule(ast.parse(code))

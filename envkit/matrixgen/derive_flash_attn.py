@@ -16,7 +16,7 @@ from packaging.version import Version
 KERNELS = ("layer_norm", "rotary")
 
 
-class DeriveError(Exception):
+class DeriveError(ValueError):
     pass
 
 

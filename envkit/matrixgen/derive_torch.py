@@ -19,7 +19,7 @@ from packaging.version import Version
 _VERSION_FILE = re.compile(r"\d+\.\d+\.\d+\.json")
 
 
-class DeriveError(Exception):
+class DeriveError(ValueError):
     pass
 
 
@@ -80,8 +80,8 @@ def _pypi(ext: dict[str, Any]) -> dict[str, Any]:
 
 
 def _python(ext: dict[str, Any]) -> str:
-    minors = sorted({int(t[3:]) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
-                     if re.fullmatch(r"cp3\d+", t)})
+    minors = sorted({int(re.fullmatch(r"cp3(\d+)m?", t).group(1)) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
+                     if re.fullmatch(r"cp3\d+m?", t)})
     if not minors:
         raise DeriveError(f"torch {ext['version']}: no CPython wheel tags")
     for a, b in zip(minors, minors[1:]):
@@ -151,7 +151,7 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
         if inferred:
             row["confidence"] = "inferred"
             row["note"] = "; ".join(inferred)
-        row["source"] = "; ".join(dict.fromkeys(sources))
+        row["source"] = "; ".join(dict.fromkeys(u for u in sources if not _moving(u)))
         variants.append(row)
     variants.sort(key=lambda r: (0 if "cuda" in r else 1, [-x for x in Version(r.get("cuda") or r.get("rocm")).release]))
     return {
@@ -168,6 +168,11 @@ def _cpu(version: str, pypi: dict[str, Any], abi: dict[str, Any]) -> dict[str, A
         return {"name": "cpu", "cxx11abi": st[0], "source": st[1]}
     return {"name": "cpu", "cxx11abi": bool(pypi["abi"]), "cxx11abi_inferred": True, "confidence": "inferred",
             "note": "C++ ABI taken from the release's PyPI build", "source": pypi["citation"]}
+
+
+def _moving(url: str) -> bool:
+    """A URL of a branch head (blob/main, blob/master): not a source at a commit."""
+    return re.search(r"/(blob|tree)/(main|master)/", url) is not None
 
 
 def _sort_key(a: str) -> tuple:

@@ -85,19 +85,32 @@ def _archs(r: dict[str, Any]) -> tuple[Optional[list[str]], Optional[str], str]:
     return None, None, ""
 
 
+def _arch_tokens(text: str) -> tuple[list[str], Optional[str]]:
+    archs, ptx = [], None
+    for a in text.split():
+        if a.endswith("+PTX"):
+            a = ptx = a[:-4]
+        archs.append(a)
+    return archs, ptx
+
+
 def variant_archs(e: dict[str, Any], cuda: str) -> Optional[tuple[list[str], Optional[str], str]]:
-    """The arch list of the release's build for another CUDA: its release-pipeline step, else the
-    CMakeLists.txt branch that CUDA takes, else setup.py's list (before CMake)."""
+    """The arch list of the release's build for another CUDA: its release-pipeline step (the list
+    it passes, else the default of the Dockerfile it builds), else the CMakeLists.txt branch that
+    CUDA takes, else setup.py's list (before CMake)."""
     pipe = e.get("release_pipeline") or {}
     for b in pipe.get("wheel_builds") or []:
-        if b.get("platform") == "x86_64" and b.get("cuda_version") and ".".join(b["cuda_version"].split(".")[:2]) == cuda \
-                and b.get("torch_cuda_arch_list_resolved"):
-            archs, ptx = [], None
-            for a in b["torch_cuda_arch_list_resolved"].split():
-                if a.endswith("+PTX"):
-                    a = ptx = a[:-4]
-                archs.append(a)
+        if b.get("platform") != "x86_64" or not b.get("cuda_version") or ".".join(b["cuda_version"].split(".")[:2]) != cuda:
+            continue
+        if b.get("torch_cuda_arch_list_resolved"):
+            archs, ptx = _arch_tokens(b["torch_cuda_arch_list_resolved"])
             return archs, ptx, f"release-pipeline.yaml step {b['label']!r}"
+        if b.get("torch_cuda_arch_list") is None:
+            seen = ((e.get("dockerfiles") or {}).get(b.get("dockerfile")) or {}).get("target_sees", {}).get("torch_cuda_arch_list")
+            if seen:
+                archs, ptx = _arch_tokens(seen["value"])
+                return archs, ptx, f"{b['dockerfile']} line {seen['line']} (the build stage's default; step {b['label']!r} passes none)"
+        return None
     cm = e.get("cmake")
     if cm is not None:
         cv = cm["vars"].get("CUDA_SUPPORTED_ARCHS")
@@ -112,22 +125,32 @@ def variant_archs(e: dict[str, Any], cuda: str) -> Optional[tuple[list[str], Opt
     return (list(nv["list"]), None, f"setup.py {nv['name']}") if nv else None
 
 
-def _nameable(v: dict[str, Any]) -> bool:
-    """A build envkit may name: stated by the release (or seen installed), not contradicted, with an
-    x86_64 filename whose every part is fixed (only the version and the cpXY tag left to fill)."""
+def _nameable(v: dict[str, Any], wheel_tag: Optional[str]) -> bool:
+    """A build envkit may name: stated by the release (or seen installed), not contradicted, an
+    asset of the GitHub release (not only an S3 bucket or another index), with an x86_64 filename
+    whose every part is fixed (only the version and the cpXY tag left to fill), and no cpXY-cpXY
+    pattern where the release's own wheels are abi3 unless that exact file was seen."""
     fn = v.get("filename") or ""
     if v.get("status") not in ("verified", "documented") or not fn.endswith("_x86_64.whl"):
         return False
-    return not re.search(r"<(?!v>|py>)[^>]*>", fn)
+    if v.get("location") != "github_release":
+        return False
+    if re.search(r"<(?!v>|py>)[^>]*>", fn):
+        return False
+    if wheel_tag == "abi3" and "cp<py>-cp<py>" in fn and v.get("status") != "verified":
+        return False
+    return True
 
 
-def _variants(docs_variants: dict[str, Any], version: str, e: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
+def _variants(docs_variants: dict[str, Any], version: str, e: Optional[dict[str, Any]], wheel_tag: Optional[str] = None) -> list[dict[str, Any]]:
     out = []
     rel = docs_variants.get("releases", {}).get(version, {})
     for v in rel.get("cuda_variants", []):
-        if not _nameable(v):
+        if not _nameable(v, wheel_tag):
             continue
         row = {"cuda": v["cuda"], "wheel": v["filename"], "status": v["status"]}
+        if v.get("python"):
+            row["python"] = list(v["python"])
         va = variant_archs(e, v["cuda"]) if e is not None else None
         if va is not None:
             row["archs"] = va[0]
@@ -138,11 +161,11 @@ def _variants(docs_variants: dict[str, Any], version: str, e: Optional[dict[str,
     return out
 
 
-def _rocm_wheels(docs_variants: dict[str, Any], version: str) -> list[dict[str, Any]]:
+def _rocm_wheels(docs_variants: dict[str, Any], version: str, wheel_tag: Optional[str] = None) -> list[dict[str, Any]]:
     out = []
     rel = docs_variants.get("releases", {}).get(version, {})
     for v in rel.get("rocm_variants", []):
-        if not _nameable(v):
+        if not _nameable(v, wheel_tag):
             continue
         out.append({"rocm": v["rocm"], "wheel": v["filename"], "status": v["status"],
                     "source": "; ".join(e["url"] for e in v.get("evidence", [])[:2])})
@@ -198,10 +221,10 @@ def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dic
     rocm = _rocm_gpus(r, rocm_doc)
     if rocm is not None:
         row["rocm_archs"], row["rocm_archs_from"] = rocm
-    variants = _variants(docs_variants, r["version"], e)
+    variants = _variants(docs_variants, r["version"], e, r.get("wheel_tag"))
     if variants:
         row["variants"] = variants
-    rocm_wheels = _rocm_wheels(docs_variants, r["version"])
+    rocm_wheels = _rocm_wheels(docs_variants, r["version"], r.get("wheel_tag"))
     if rocm_wheels:
         row["rocm_wheels"] = rocm_wheels
     if narrowed:

@@ -176,32 +176,44 @@ def _assigns_name(stmts: list[ast.stmt]) -> bool:
 
 def wheel_name_rule(tree: ast.Module) -> dict[str, Any]:
     """How setup.py names the wheel it downloads: the CUDA part as (format, remap rules). The remap
-    is first-match-wins; no match keeps torch.version.cuda."""
+    is first-match-wins over the value the code leaves in torch_cuda_version (a later assignment
+    overrides an earlier one, as Python runs it); no match keeps torch.version.cuda."""
     fn = _find_wheel_function(tree)
     if fn is None:
         return {"downloads": False}
-    remap: list[dict[str, Any]] = []
     fmt: Optional[str] = None
 
-    def walk(stmts: list[ast.stmt], when: dict[str, Any]) -> None:
+    def catch_all(rules: list[dict[str, Any]]) -> bool:
+        return any(set(r) == {"to"} for r in rules)
+
+    def block(stmts: list[ast.stmt]) -> list[dict[str, Any]]:
+        """Rules for the value after running stmts: each later statement's rules come first."""
         nonlocal fmt
+        rules: list[dict[str, Any]] = []
         for st in stmts:
+            mine: list[dict[str, Any]] = []
             if isinstance(st, ast.If):
                 if _is_rocm_test(st.test) or not _assigns_name(st.body):
-                    walk(st.orelse, when)
-                    continue
-                walk(st.body, {**when, **_cond(st.test)})
-                walk(st.orelse, when)
+                    mine = block(st.orelse)
+                else:
+                    cond = _cond(st.test)
+                    body = [{**r, **cond} for r in block(st.body)]
+                    other = block(st.orelse)
+                    if other and not catch_all(block(st.body)):
+                        raise Unrecognised("an if/else whose if-branch may leave the value unchanged: the else-branch cannot be expressed")
+                    mine = body + other
             elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
                 name, value = st.targets[0].id, st.value
                 if name == "torch_cuda_version":
                     if _const_version(value):
-                        remap.append({**when, "to": _const_version(value)})
+                        mine = [{"to": _const_version(value)}]
                     elif isinstance(value, ast.IfExp) and _const_version(value.body) and _const_version(value.orelse):
-                        remap.append({**when, **_cond(value.test), "to": _const_version(value.body)})
-                        remap.append({**when, "to": _const_version(value.orelse)})
+                        mine = [{**_cond(value.test), "to": _const_version(value.body)}, {"to": _const_version(value.orelse)}]
                     elif ast.unparse(value) != "parse(torch.version.cuda)":
                         raise Unrecognised(f"unknown torch_cuda_version assignment: {ast.unparse(value)}")
+                    else:
+                        rules = []  # reset to torch.version.cuda
+                        continue
                 elif name == "cuda_version" and isinstance(value, ast.JoinedStr):
                     parts = [ast.unparse(v.value) for v in value.values if isinstance(v, ast.FormattedValue)]
                     if parts == ["torch_cuda_version.major", "torch_cuda_version.minor"]:
@@ -210,14 +222,22 @@ def wheel_name_rule(tree: ast.Module) -> dict[str, Any]:
                         fmt = "major"
                     else:
                         raise Unrecognised(f"unknown cuda_version format: {ast.unparse(value)}")
-            elif isinstance(st, (ast.Try, ast.With)):
-                walk(st.body, when)
+            elif isinstance(st, ast.Try):
+                if any(_assigns_name(h.body) for h in st.handlers) or _assigns_name(st.finalbody):
+                    raise Unrecognised("the wheel-name code assigns inside an except or finally block")
+                mine = block(st.body + st.orelse)
+            elif isinstance(st, ast.With):
+                mine = block(st.body)
+            if mine:
+                if rules and any("cuda_major" in r for r in mine):
+                    raise Unrecognised("a test of the CUDA major after an earlier remap: the rules would need composing")
+                rules = mine + rules
+        return rules
 
-    walk(fn.body, {})
+    remap = block(fn.body)
     if fmt is None:
         raise Unrecognised("no cuda_version = f'...' in the wheel-name code")
-    # a catch-all rule ends the list; rules after it can never fire
-    cut = next((i for i, r in enumerate(remap) if set(r) == {"to"}), None)
+    cut = next((i for i, r in enumerate(remap) if set(r) == {"to"}), None)  # rules after a catch-all never fire
     if cut is not None:
         remap = remap[: cut + 1]
     return {"downloads": True, "format": fmt, "remap": remap, "line": fn.lineno}

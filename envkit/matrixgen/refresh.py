@@ -71,13 +71,18 @@ def load_docs(sources: Path, region: Region) -> dict[str, Any]:
     for p in sorted(d.glob(region.pattern)):
         try:
             docs[p.name] = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"{p}: not a readable JSON extract ({exc})", "re-run the extraction for this project") from None
     return docs
 
 
 def render(sources: Path, region: Region) -> str:
-    rows = region.derive(load_docs(sources, region))
+    docs = load_docs(sources, region)
+    try:
+        rows = region.derive(docs)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # DeriveError is a ValueError
+        raise InputError(f"data/sources/{region.directory}: the extracts do not derive {region.name} rows ({type(exc).__name__}: {exc})",
+                          "re-run the extraction for this project (scripts/refresh-sources.sh) or correct the extract by hand") from None
     return toml_emit.table_rows(region.name, rows)
 
 

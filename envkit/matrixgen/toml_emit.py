@@ -22,7 +22,8 @@ def value(v: Any, top: bool = True) -> str:
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        # JSON string escapes are TOML's, except that TOML also forbids a raw DEL (U+007F)
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007F")
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{_key(k)} = {value(x, False)}" for k, x in v.items()) + " }" if v else "{}"
     if isinstance(v, (list, tuple)):

@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -62,6 +62,12 @@ def _cc_of(arch: str) -> Optional[CC]:
 def sass_runs_on(built: CC, gpu: CC) -> bool:
     """A cubin for sm_X.Y runs on devices of the same major with minor >= Y."""
     return built.major == gpu.major and built.minor <= gpu.minor
+
+
+def runs_on(archs: Iterable[CC], ptx: Optional[CC], gpu: CC) -> bool:
+    """A binary built for `archs` (+PTX of `ptx`) runs on the GPU: a cubin of its family, or PTX
+    the driver can JIT for it."""
+    return any(sass_runs_on(a, gpu) for a in archs) or (ptx is not None and ptx <= gpu)
 
 
 @dataclass(frozen=True, order=True)
@@ -166,9 +172,7 @@ class TorchBuild:
                 pass  # reported by the loader
 
     def runs_on_cc(self, gpu: CC) -> bool:
-        if any(sass_runs_on(a, gpu) for a in self.ccs):
-            return True
-        return self.ptx is not None and self.ptx <= gpu
+        return runs_on(self.ccs, self.ptx, gpu)
 
 
 @dataclass(frozen=True)
@@ -305,11 +309,7 @@ class Vllm:
 
     def runs_on_cc(self, gpu: CC) -> Optional[bool]:
         """None when no source states the wheel's arch list."""
-        if self.cuda_archs is None:
-            return None
-        if any(sass_runs_on(a, gpu) for a in self.cuda_archs):
-            return True
-        return self.cuda_ptx is not None and self.cuda_ptx <= gpu
+        return None if self.cuda_archs is None else runs_on(self.cuda_archs, self.cuda_ptx, gpu)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from .matrix import (
     TorchBuild,
     Vllm,
     _norm,
+    runs_on,
     sass_runs_on,
 )
 
@@ -397,7 +398,6 @@ class _Ctx:
         self.gpu_cc = q.gpu.cc if q.gpu else None
         self.need_fa = q.flash_attn is not None or bool(q.kernels)
         self.fa_archs: dict[tuple[Version, Version], list[CC]] = {}
-        self.tk_os: Optional[Any] = None  # the OS of the toolkit image being tried (vLLM's glibc check)
 
 
 def _check_torch(c: _Ctx, b: TorchBuild) -> list[Conflict]:
@@ -596,12 +596,12 @@ def _vllm_cudas(m: Matrix, v: Vllm) -> set[Version]:
     return out
 
 
-def _vllm_newer_fix(c: _Ctx, v: Vllm) -> str:
+def _vllm_newer_fix(c: _Ctx) -> str:
     fits = [x.version for x in c.m.vllm if x.runs_on_cc(c.gpu_cc)]
     return f"use a vLLM built for {c.gpu_cc.sm}: {_span(fits)}" if fits else "build vLLM from source for this GPU"
 
 
-def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
+def _check_vllm(c: _Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, v: Vllm) -> list[Conflict]:
     out, g = [], c.q.gpu
     if not _in(v.torch, b.version):
         others = [x.version for x in c.m.vllm if _in(x.torch, b.version)]
@@ -615,37 +615,37 @@ def _check_vllm(c: _Ctx, b: TorchBuild, py: Version, v: Vllm) -> list[Conflict]:
     if v.missing_deps:
         out.append(Conflict("vllm.deps", f"vLLM {v.version} pins {', '.join(v.missing_deps)}, which PyPI no longer serves: pip install fails",
                             "use another vLLM release, or a package mirror that still holds them", v.source))
+    cudas = _vllm_cudas(c.m, v) if b.platform == "cuda" and c.q.cuda is not None else set()
     if b.platform == "cuda" and _vllm_unary(c, v):
         archs = ", ".join(str(a) for a in v.cuda_archs or ())
         out.append(Conflict("vllm.gpu-arch", f"no build of vLLM {v.version} runs on {c.gpu_cc.sm} ({g.name}): its PyPI wheel is built for {archs}"
                             + "".join(f"; its CUDA {x.toolkit} build for {', '.join(map(str, x.archs or ()))}" for x in v.variants),
-                            _vllm_newer_fix(c, v), v.source))
-    elif b.platform == "cuda" and c.q.cuda is not None and c.q.cuda not in _vllm_cudas(c.m, v):
-        out.append(Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {c.q.cuda} (its builds: CUDA {', '.join(map(str, sorted(_vllm_cudas(c.m, v))))})",
-                            f"use --cuda {max(_vllm_cudas(c.m, v))}" if _vllm_cudas(c.m, v) else "pick another vLLM", v.source))
+                            _vllm_newer_fix(c), v.source))
+    elif b.platform == "cuda" and c.q.cuda is not None and c.q.cuda not in cudas:
+        out.append(Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {c.q.cuda} (its builds: CUDA {', '.join(map(str, sorted(cudas)))})",
+                            f"use --cuda {max(cudas)}" if cudas else "pick another vLLM", v.source))
     elif b.platform == "cuda":
         pick, why = _vllm_pick(c, b, py, v)
         if pick is None:
-            cudas = [str(x) for x in ([v.wheel_cuda] if v.wheel_cuda else []) + [x.toolkit for x in v.variants]]
-            out.append(Conflict("vllm.cuda", why, f"use --cuda {cudas[0]}" if cudas else "use the torch build pip installs with it (its PyPI build)", v.source))
+            cudas_named = [str(x) for x in ([v.wheel_cuda] if v.wheel_cuda else []) + [x.toolkit for x in v.variants]]
+            out.append(Conflict("vllm.cuda", why, f"use --cuda {cudas_named[0]}" if cudas_named else "use the torch build pip installs with it (its PyPI build)", v.source))
         else:
+            tk_os = c.m.os_release(tk.os) if tk is not None else None
             if pick.wheel is None and _in(v.python, py):
                 out.append(Conflict("vllm.python", f"vLLM {v.version} publishes no wheel for CPython {py}", "choose another Python", v.source))
-            elif pick.wheel is not None and c.tk_os is not None:
+            elif pick.wheel is not None and tk_os is not None:
                 need = _wheel_fits(pick.wheel, py)[1]
-                if need is not None and c.tk_os.glibc < Version(f"{need[0]}.{need[1]}"):
-                    out.append(Conflict("vllm.glibc", f"{pick.wheel} needs glibc >= {need[0]}.{need[1]}; the CUDA image's {c.tk_os.name} has {c.tk_os.glibc}",
+                if need is not None and tk_os.glibc < Version(f"{need[0]}.{need[1]}"):
+                    out.append(Conflict("vllm.glibc", f"{pick.wheel} needs glibc >= {need[0]}.{need[1]}; the CUDA image's {tk_os.name} has {tk_os.glibc}",
                                         "use a newer CUDA toolkit (its images are on a newer OS), or an older vLLM", v.source))
             if c.gpu_cc and g is not None and g.vendor == "nvidia":
-                runs = None if pick.archs is None else (any(sass_runs_on(a, c.gpu_cc) for a in pick.archs) or (pick.ptx is not None and pick.ptx <= c.gpu_cc))
-                if runs is None:
+                if pick.archs is None:
                     out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} wheel for CUDA {pick.cuda or b.toolkit} was built for",
                                         "use a vLLM release whose wheel's arch list is known, or build vLLM from source for this GPU", v.source))
-                elif not runs:
+                elif not runs_on(pick.archs, pick.ptx, c.gpu_cc):
                     archs = ", ".join(str(a) for a in pick.archs) + (f"+PTX {pick.ptx}" if pick.ptx else "")
-                    newer = [x.version for x in c.m.vllm if x.runs_on_cc(c.gpu_cc)]
                     out.append(Conflict("vllm.gpu-arch", f"the vLLM {v.version} wheel is built for {archs}, not {c.gpu_cc.sm} ({g.name})",
-                                        f"use a vLLM built for {c.gpu_cc.sm}: {_span(newer)}" if newer else "build vLLM from source for this GPU", v.source))
+                                        _vllm_newer_fix(c), v.source))
     elif b.platform == "rocm":
         if not v.rocm_archs:
             out.append(Conflict("vllm.platform", f"vLLM {v.version} has no ROCm build", "use a vLLM release with ROCm support", v.source))
@@ -838,7 +838,6 @@ def _torch_candidates(m: Matrix, q: Query) -> list[TorchBuild]:
         wanted = [v for v in m.vllm if v.version in _matching(m, "vllm", q.vllm)]
         pinned = [b for b in builds if any(_in(v.torch, b.version) for v in wanted)]
         builds = pinned or builds
-    if q.vllm is not None:
         # with a vLLM asked for: per torch release, the build with its PyPI wheel's CUDA first, then
         # torch's own PyPI build (the pair pip makes), then the newest toolkit
         wheel_cudas = {v.wheel_cuda for v in wanted if v.wheel_cuda is not None}
@@ -884,7 +883,7 @@ def _vllm_unary(c: _Ctx, v: Vllm) -> int:
     """Violations no torch, toolkit or Python choice can remove: an NVIDIA GPU none of its builds runs on."""
     if c.gpu_cc is None or c.q.gpu is None or c.q.gpu.vendor != "nvidia":
         return 0
-    builds = [v.runs_on_cc(c.gpu_cc)] + [None if x.archs is None else any(sass_runs_on(a, c.gpu_cc) for a in x.archs) for x in v.variants]
+    builds = [v.runs_on_cc(c.gpu_cc)] + [None if x.archs is None else runs_on(x.archs, x.ptx, c.gpu_cc) for x in v.variants]
     return 1 if all(r is False for r in builds) else 0
 
 
@@ -911,7 +910,6 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
         if len(vt) + lower > bound:
             continue
         for tk in _toolkits(m, q, b):
-            c.tk_os = m.os_release(tk.os) if tk is not None else None
             vk = vt + _check_toolkit(c, b, tk)
             if len(vk) + lower > bound:
                 continue
@@ -922,7 +920,7 @@ def _search(m: Matrix, q: Query, strict: bool) -> tuple[Optional[tuple], list[Co
                 left = bound - len(vp)
                 v_conf, v_pick = ([], None)
                 if q.vllm is not None:
-                    found = _best(((_check_vllm(c, b, py, v), v) for v in vllms), left)
+                    found = _best(((_check_vllm(c, b, tk, py, v), v) for v in vllms), left)
                     if found is None:
                         continue
                     v_conf, v_pick = found

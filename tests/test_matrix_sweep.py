@@ -6,7 +6,7 @@ import pytest
 from packaging.version import Version
 
 from envkit import matrix
-from envkit.matrix import CC, sass_runs_on
+from envkit.matrix import CC, runs_on, sass_runs_on
 from envkit.resolve import _vllm_pick, _Ctx, parse_query, resolve
 
 M = matrix.load()
@@ -53,7 +53,7 @@ def _check_gpu_fit(q, s) -> None:
     if s.vllm is not None and s.platform == "cuda":
         pick, _ = _vllm_pick(_Ctx(M, q), t, s.python, s.vllm)
         assert pick is not None and pick.archs is not None, f"vLLM {s.vllm.version}: no stated arch list"
-        assert any(sass_runs_on(a, g.cc) for a in pick.archs) or (pick.ptx is not None and pick.ptx <= g.cc)
+        assert runs_on(pick.archs, pick.ptx, g.cc)
     if s.vllm is not None and s.platform == "rocm":
         assert g.arch in s.vllm.rocm_archs
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from . import pypi
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envkit import matrix as new_matrix  # noqa: E402
+from envkit.resolve import _driver_floor  # noqa: E402
 
 PYTHONS = [Version(f"3.{m}") for m in range(7, 16)]
 
@@ -47,6 +48,16 @@ def _pys(spec: SpecifierSet) -> list[str]:
     return [str(p) for p in PYTHONS if spec.contains(p, prereleases=True)]
 
 
+def _fa_row(f, names: set[str]) -> dict[str, Any]:
+    return {"python": _pys(f.python), "torch": str(f.torch), "nvcc": str(f.nvcc), "wheels": sorted(names),
+            "kernels": list(f.kernels), "kernel_setup_py": f.kernel_setup_py, "rocm": bool(f.rocm_archs), "confidence": f.confidence}
+
+
+def _cuda_facts(m) -> dict[str, Any]:
+    return {str(c.version): {"release": c.release, "min_driver": str(c.min_driver), "toolkit_driver": str(c.toolkit_driver),
+                             "archs": [str(a) for a in c.archs]} for c in m.cuda}
+
+
 def old_facts(m) -> dict[str, Any]:
     fa = {}
     for f in m.flash_attn:
@@ -59,9 +70,7 @@ def old_facts(m) -> dict[str, Any]:
                         for abi in ("TRUE", "FALSE"):
                             cp = "cp" + py.replace(".", "")
                             names.add(f"+cu{tag}torch{tv.major}.{tv.minor}cxx11abi{abi}-{cp}")
-        fa[str(f.version)] = {"python": _pys(f.python), "torch": str(f.torch), "nvcc": str(f.nvcc), "wheels": sorted(names),
-                              "kernels": list(f.kernels), "kernel_setup_py": f.kernel_setup_py, "rocm": bool(f.rocm_archs),
-                              "confidence": f.confidence}
+        fa[str(f.version)] = _fa_row(f, names)
     torch = {}
     for b in m.torch:
         if b.platform in ("cuda", "rocm", "cpu"):
@@ -72,9 +81,7 @@ def old_facts(m) -> dict[str, Any]:
         vllm[str(v.version)] = {"torch": str(v.torch), "python": _pys(v.python), "cudas": sorted(str(c) for c in v.cuda),
                                 "min_cc": str(v.min_cc), "rocm_gpus": sorted(v.rocm_archs), "confidence": v.confidence}
     gpus = {g.name: {"arch": g.arch, "min_driver": None} for g in m.gpus}
-    cuda = {str(c.version): {"release": c.release, "min_driver": str(c.min_driver), "toolkit_driver": str(c.toolkit_driver),
-                             "archs": [str(a) for a in c.archs]} for c in m.cuda}
-    return {"flash_attn": fa, "torch": torch, "vllm": vllm, "gpu": gpus, "cuda": cuda}
+    return {"flash_attn": fa, "torch": torch, "vllm": vllm, "gpu": gpus, "cuda": _cuda_facts(m)}
 
 
 def new_facts(m) -> dict[str, Any]:
@@ -85,9 +92,7 @@ def new_facts(m) -> dict[str, Any]:
             for py in w.python:
                 for abi in w.abi:
                     names.add(f"+cu{w.cuda}torch{w.torch_minor}cxx11abi{str(abi).upper()}-cp{py.major}{py.minor}")
-        fa[str(f.version)] = {"python": _pys(f.python), "torch": str(f.torch), "nvcc": str(f.nvcc), "wheels": sorted(names),
-                              "kernels": list(f.kernels), "kernel_setup_py": f.kernel_setup_py, "rocm": bool(f.rocm_archs),
-                              "confidence": f.confidence}
+        fa[str(f.version)] = _fa_row(f, names)
     torch = {}
     for b in m.torch:
         if b.platform in ("cuda", "rocm", "cpu"):
@@ -100,12 +105,9 @@ def new_facts(m) -> dict[str, Any]:
                                 "min_cc": str(v.min_cc) if v.min_cc else None, "rocm_gpus": sorted(v.rocm_archs), "confidence": v.confidence}
     gpus = {}
     for g in m.gpus:
-        fam = m.gpu_driver(g.cc) if g.cc else None
-        floors = [d for d in (g.min_driver, fam.min_driver if fam else None) if d is not None]
-        gpus[g.name] = {"arch": g.arch, "min_driver": str(max(floors)) if floors else None}
-    cuda = {str(c.version): {"release": c.release, "min_driver": str(c.min_driver), "toolkit_driver": str(c.toolkit_driver),
-                             "archs": [str(a) for a in c.archs]} for c in m.cuda}
-    return {"flash_attn": fa, "torch": torch, "vllm": vllm, "gpu": gpus, "cuda": cuda}
+        floor = _driver_floor(m, g)[0]
+        gpus[g.name] = {"arch": g.arch, "min_driver": None if floor is None else str(floor)}
+    return {"flash_attn": fa, "torch": torch, "vllm": vllm, "gpu": gpus, "cuda": _cuda_facts(m)}
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

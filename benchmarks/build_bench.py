@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envkit.build import stream_build  # noqa: E402
-from envkit.engine import Engine  # noqa: E402
+from envkit.adapters.image_build import stream_build
+from envkit.adapters.engine import Engine
 
 
 def single_stage(dockerfile: str) -> str:

@@ -1,6 +1,6 @@
 """Kernel build time: arch list pinned to the GPU present vs the upstream arch set nvcc 13 accepts.
 
-Runs dockerfiles/scripts/build_flash_attn.py (the script the generated Dockerfile runs) several
+Runs envkit/inimage/build_flash_attn.py (the script the generated Dockerfile runs) several
 times in one run on one machine, alternating the two arch sets, then loads each built rotary_emb
 and checks it against a float32 reference on the GPU.
 
@@ -20,7 +20,7 @@ import time
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "dockerfiles", "scripts", "build_flash_attn.py")
+SCRIPT = os.path.join(HERE, "..", "envkit", "inimage", "build_flash_attn.py")
 
 
 def build(sdist: str, target: str, archs: str, out: str, extra: list[str]) -> dict:

@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envkit import matrix  # noqa: E402
-from envkit.resolve import parse_query, resolve  # noqa: E402
+from envkit.config import matrix_file as matrix
+from envkit.core.resolve import parse_query, resolve
 
 
 def cli_wall(args: list[str], runs: int = 7) -> float:

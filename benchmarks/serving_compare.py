@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envkit.serving import parse_dataset, sweep  # noqa: E402
+from envkit.core.sweep import parse_dataset
+from envkit.app.sweep import sweep
 from vllm.benchmarks.serve import add_cli_args, main as vllm_bench  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 

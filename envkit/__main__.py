@@ -1,3 +1,3 @@
-from .cli import main
+from envkit.cli.main import main
 
 main()

@@ -20,8 +20,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envkit import matrix as new_matrix  # noqa: E402
-from envkit.resolve import _driver_floor  # noqa: E402
+from envkit.config import matrix_file as new_matrix
+from envkit.core.resolve import _driver_floor
 
 PYTHONS = [Version(f"3.{m}") for m in range(7, 16)]
 

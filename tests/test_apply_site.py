@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from envkit.generate import load_templates
-from envkit.plan import Options, plan
-from envkit.render import render
-from envkit.resolve import parse_query, resolve
-from envkit.site import parse
-from envkit import matrix as mx
+from envkit.adapters.context_dir import load_templates
+from envkit.model.plan import Options
+from envkit.core.plan import plan
+from envkit.core.render import render
+from envkit.core.resolve import parse_query, resolve
+from envkit.config.site_file import parse
+from envkit.config import matrix_file as mx
 
 UBUNTU_LIST = """deb http://archive.ubuntu.com/ubuntu/ jammy main restricted
 deb http://archive.ubuntu.com/ubuntu/ jammy-updates main restricted

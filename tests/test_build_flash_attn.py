@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("build_flash_attn", ROOT / "dockerfiles" / "scripts" / "build_flash_attn.py")
+spec = importlib.util.spec_from_file_location("build_flash_attn", ROOT / "envkit" / "inimage" / "build_flash_attn.py")
 bfa = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bfa)
 DATA = ROOT / "tests" / "data" / "flash_attn-2.7.4.post1"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.build import GB, Facts, diagnose, judge
-from envkit.bundle import platform_tags, find_in_simple_index
+from envkit.core.preflight import GB, Facts, diagnose, judge
+from envkit.core.wheels import platform_tags, find_in_simple_index
 
 
 def _facts(**kw) -> Facts:
@@ -85,7 +85,7 @@ def _deb(control: str, member: str = "control.tar.gz") -> bytes:
 
 
 def test_packages_index_reads_gz_control_and_uses_a_dpkg_sidecar_for_zstd(tmp_path):
-    from envkit.debrepo import write_index
+    from envkit.adapters.debrepo import write_index
 
     (tmp_path / "a_1_amd64.deb").write_bytes(_deb("Package: a\nVersion: 1\nArchitecture: amd64"))
     (tmp_path / "b_2_amd64.deb").write_bytes(_deb("unreadable", member="control.tar.zst"))
@@ -100,7 +100,7 @@ def test_packages_index_reads_gz_control_and_uses_a_dpkg_sidecar_for_zstd(tmp_pa
 def test_verify_names_missing_altered_and_unexpected_files_anywhere_in_the_bundle(tmp_path):
     import json as _json
 
-    from envkit.bundle import verify, write_manifest
+    from envkit.adapters.bundle_dir import verify, write_manifest
 
     (tmp_path / "envkit.lock.json").write_text("{}")
     (tmp_path / "envkit.plan.json").write_text(_json.dumps({"offline": True, "context": [{"path": "wheelhouse/"}, {"path": "sources/a.tar.gz"}]}))
@@ -122,7 +122,7 @@ def test_verify_names_missing_altered_and_unexpected_files_anywhere_in_the_bundl
 
 @pytest.mark.parametrize("manifest", ['{"files": []}', '{"files": {"a": {"sha256": "x"}}}', "[]", "{not json"])
 def test_a_malformed_manifest_is_one_problem_not_a_crash(tmp_path, manifest):
-    from envkit.bundle import verify
+    from envkit.adapters.bundle_dir import verify
 
     (tmp_path / "manifest.json").write_text(manifest)
     assert verify(tmp_path) == ["manifest.json is not a readable envkit manifest"]
@@ -131,7 +131,7 @@ def test_a_malformed_manifest_is_one_problem_not_a_crash(tmp_path, manifest):
 def test_an_empty_manifest_beside_an_offline_plan_is_not_a_bundle(tmp_path):
     import json as _json
 
-    from envkit.bundle import verify
+    from envkit.adapters.bundle_dir import verify
 
     (tmp_path / "envkit.plan.json").write_text(_json.dumps({"offline": True, "context": [{"path": "wheelhouse/"}]}))
     (tmp_path / "manifest.json").write_text('{"files": {}}')

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envkit import matrix
+from envkit.config import matrix_file as matrix
 from envkit.errors import InputError
-from envkit.resolve import parse_query, resolve
+from envkit.core.resolve import parse_query, resolve
 
 if sys.version_info >= (3, 11):
     import tomllib

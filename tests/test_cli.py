@@ -112,7 +112,7 @@ def test_selftest_report_dir_that_cannot_be_written_exit_2(tmp_path) -> None:
 
 
 def test_selftest_passes_only_what_was_asked_into_an_image() -> None:
-    from envkit.cli import _selftest_args
+    from envkit.cli.main import _selftest_args
 
     assert _selftest_args(True, [], [], [], False, None, None, None, None) == ["--json", "--quick"]   # what any envkit image knows
     assert _selftest_args(False, ["qwen-7b"], ["/envkit-model"], ["hf", "vllm"], True, 64, 16, "/l.jsonl", 4800.0) == [

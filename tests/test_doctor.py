@@ -15,11 +15,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from envkit import matrix as mx
-from envkit import probe
-from envkit.doctor import for_findings, parse_for
+from envkit.config import matrix_file as mx
+from envkit.inimage import probe
+from envkit.core.judge_for import for_findings
+from envkit.app.doctor import parse_for
 from envkit.errors import InputError
-from envkit.judge import GpuFact, Host, healthy, judge
+from envkit.model.host import GpuFact, Host
+from envkit.core.judge import healthy, judge
 
 ROOT = Path(__file__).resolve().parent
 FIX = ROOT / "fixtures" / "doctor"
@@ -171,7 +173,7 @@ def test_the_probe_runs_with_the_standard_library_only_and_never_imports_torch(t
     (tmp_path / "torch" / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n")
     code = ("import sys, json, importlib.util as u; s = u.spec_from_file_location('p', sys.argv[1]); m = u.module_from_spec(s); "
             "s.loader.exec_module(m); print(json.dumps(m.collect()))")
-    p = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT.parent / "envkit" / "probe.py")], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT.parent / "envkit" / "inimage" / "probe.py")], capture_output=True, text=True,
                        timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     rec = json.loads(p.stdout)
@@ -208,7 +210,7 @@ def test_doctor_cli_bad_facts_file_is_one_line(tmp_path):
 
 
 def test_selftest_arch_check_accepts_sass_of_the_same_major_and_ptx():
-    from envkit.selftest import arch_runs
+    from envkit.inimage.selftest import arch_runs
 
     cu121 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
     assert arch_runs((8, 9), cu121)            # L4 / RTX 4090: sm_86 SASS runs

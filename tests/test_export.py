@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from envkit.errors import InputError
-from envkit.export import FORMATS, export
-from envkit.judge import Finding
-from envkit.junit import doctor_cases, selftest_cases, to_xml
-from envkit.project import parse, load
+from envkit.core.export import FORMATS, export
+from envkit.model.host import Finding
+from envkit.ui.junit import doctor_cases, selftest_cases, to_xml
+from envkit.config.project_file import parse, load
 
 ROOT = Path(__file__).resolve().parent
 GOLD = ROOT / "golden" / "export"
@@ -107,7 +107,7 @@ def test_junit_from_selftest_and_doctor():
 
 @pytest.mark.parametrize("value", ["yes", "on", "1.10", ".5", ".inf", ":", "#x", "-x", "*a", "0x1f", "~", "héllo 😀", "a: b", "", "null"])
 def test_yaml_strings_round_trip(value):
-    from envkit.export import yaml_dump
+    from envkit.core.export import yaml_dump
 
     doc = {"k": value, "l": [value, [], {}], "n": {"x": [value]}}
     assert yaml.safe_load(yaml_dump(doc)) == doc

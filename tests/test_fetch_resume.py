@@ -7,7 +7,7 @@ import os
 import pytest
 
 from envkit.errors import ExternalError
-from envkit.fetch import download
+from envkit.adapters.fetch import download
 from servers import files_handler, serve
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from envkit.generate import generate
-from envkit.plan import Options
+from envkit.app.generate import generate
+from envkit.model.plan import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"

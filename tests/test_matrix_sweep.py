@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from envkit import matrix
-from envkit.matrix import CC, runs_on, sass_runs_on
-from envkit.resolve import _vllm_pick, _Ctx, parse_query, resolve
+from envkit.config import matrix_file as matrix
+from envkit.model.matrix import CC, runs_on, sass_runs_on
+from envkit.core.resolve import _vllm_pick, _Ctx, parse_query, resolve
 
 M = matrix.load()
 GPUS = [g for g in M.gpus if g.vendor in ("nvidia", "amd")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit import matrix
+from envkit.config import matrix_file as matrix
 from envkit.matrixgen import derive_flash_attn as d
 from envkit.matrixgen import flash_attn_source as src
 from envkit.matrixgen import refresh

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pngread import decode_png
 
-from envkit.plot import BLUE, RED, Panel, line_charts, nice_max, sweep_chart
+from envkit.ui.plot import BLUE, RED, Panel, line_charts, nice_max, sweep_chart
 
 
 def ink(rows, color, x0, x1) -> int:
@@ -38,7 +38,7 @@ def test_sweep_chart_has_two_panels_and_marks_the_failed_level():
 def test_selftest_tables_show_decode_and_lambada_rows():
     from rich.console import Console
 
-    from envkit.report import print_selftest
+    from envkit.ui.report import print_selftest
 
     doc = {"checks": [{"name": "torch imports", "ok": True, "detail": "2.11.0+cu130"}], "decode": None, "device": "cuda",
            "models": [{"shape": "llama-2-7b", "engine": "hf-static", "weights_gb": 13.477, "tokens_per_s": 157.2, "ttft_ms": 20.4,

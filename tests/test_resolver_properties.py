@@ -4,9 +4,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envkit import matrix
-from envkit.matrix import CC
-from envkit.resolve import _Ctx, _vllm_pick, parse_query, resolve
+from envkit.config import matrix_file as matrix
+from envkit.model.matrix import CC
+from envkit.core.resolve import _Ctx, _vllm_pick, parse_query, resolve
 
 M = matrix.load()
 GPUS = [g.name for g in M.gpus]

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
 
-from envkit.serving import RequestResult, _percentile, one_request, summarize
+from envkit.core.sweep import RequestResult, _percentile, summarize
+from envkit.adapters.openai_http import one_request
 from servers import serve
 
 
@@ -43,7 +44,7 @@ def test_a_failing_server_is_a_counted_failure_not_a_crash():
 
 
 def test_dataset_lines_follow_vllms_custom_format():
-    from envkit.serving import parse_dataset
+    from envkit.core.sweep import parse_dataset
 
     text = '{"prompt": "hello there"}\n\n{"prompt": "a b c", "output_tokens": 7}\n'
     assert parse_dataset(text, 3, 16) == [("hello there", 16), ("a b c", 7), ("hello there", 16)]
@@ -110,7 +111,7 @@ def test_a_garbled_stream_is_a_counted_failure_not_a_crash():
 
 
 def test_lambada_verdict_compares_the_first_generated_word():
-    from envkit.selftest import last_word_correct, read_lambada, split_last_word
+    from envkit.inimage.selftest import last_word_correct, read_lambada, split_last_word
 
     assert split_last_word("he sat on the mat ") == ("he sat on the", "mat")
     assert last_word_correct(" mat. And then", "mat") and last_word_correct("mat", "mat")

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from envkit import matrix as mx
+from envkit.config import matrix_file as mx
 from envkit.errors import InputError
-from envkit.generate import solve
-from envkit.plan import Options, plan
-from envkit.render import check_offline
-from envkit.resolve import parse_query, resolve
-from envkit.site import Site, parse
+from envkit.app.generate import solve
+from envkit.model.plan import Options
+from envkit.core.plan import plan
+from envkit.core.render import check_offline
+from envkit.core.resolve import parse_query, resolve
+from envkit.model.site import Site
+from envkit.config.site_file import parse
 
 M = mx.load()
 SEED = {"gpu": "RTX A6000", "cuda": "11.8", "python": "3.8", "torch": "2.1.2", "flash_attn": "2.2.0",

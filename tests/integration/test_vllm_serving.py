@@ -125,7 +125,7 @@ def test_rejected_requests_are_rows_with_the_servers_reason_and_exit_1(vllm_serv
 
 def selftest_py(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    return subprocess.run([str(VPY), str(ROOT / "envkit/selftest.py"), *args], capture_output=True, text=True, timeout=1200, cwd=cwd, env=env)
+    return subprocess.run([str(VPY), str(ROOT / "envkit/inimage/selftest.py"), *args], capture_output=True, text=True, timeout=1200, cwd=cwd, env=env)
 
 
 def test_model_decode_with_three_engines_and_logits_parity(vllm_server, tmp_path):

@@ -1,0 +1,108 @@
+"""Docker builds through the SDK: stream the build log, load a bundle's saved images."""
+from __future__ import annotations
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+from envkit.errors import ExternalError
+from envkit.core.preflight import diagnose
+
+
+@dataclass
+class BuildResult:
+    image_id: Optional[str] = None
+    tag: Optional[str] = None
+    size: int = 0
+    seconds: float = 0.0
+    stages: list = field(default_factory=list)  # [(stage, seconds)]
+    steps: int = 0
+    log: list = field(default_factory=list)
+
+
+
+def stream_build(engine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
+                 nocache: bool = False, dockerfile: str = "Dockerfile") -> BuildResult:
+    res = BuildResult()
+    start = time.monotonic()
+    stage_start, stage_name = start, None
+    error = None
+    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile):
+        if "stream" in msg:
+            for line in msg["stream"].splitlines():
+                if not line.strip():
+                    continue
+                res.log.append(line)
+                # Docker: "Step 3/22 : FROM img AS build"; Podman/Buildah: "[1/2] STEP 1/10: FROM img AS build"
+                m = re.match(r"(?:\[\d+/\d+\] )?Step (\d+)/(\d+) ?: FROM \S+(?: AS (\S+))?", line, re.I)
+                if m:
+                    now = time.monotonic()
+                    if stage_name:
+                        res.stages.append((stage_name, now - stage_start))
+                    stage_start, stage_name = now, m.group(3) or f"stage{len(res.stages)}"
+                if re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, re.I):
+                    res.steps += 1
+                on_line(line)
+        elif "error" in msg:
+            error = msg.get("error", "")
+            res.log.append(error)
+            on_line(error)
+        elif "aux" in msg and isinstance(msg["aux"], dict) and "ID" in msg["aux"]:
+            res.image_id = msg["aux"]["ID"]
+    end = time.monotonic()
+    if stage_name:
+        res.stages.append((stage_name, end - stage_start))
+    res.seconds = end - start
+    if res.image_id is None and error is None:
+        m = next((re.match(r"Successfully built ([0-9a-f]+)", l) for l in reversed(res.log) if l.startswith("Successfully built")), None)
+        if m:
+            res.image_id = m.group(1)
+    if error is not None or res.image_id is None:
+        text = "\n".join(res.log[-400:])
+        d = diagnose(text)
+        first = (error or "the build produced no image").strip().splitlines()[0][:240]
+        if d:
+            cause, fix, evidence = d
+            raise ExternalError(f"build failed: {cause}: {evidence}", fix)
+        raise ExternalError(f"build failed: {first}", "read the log above; nothing was tagged")
+    return res
+
+
+
+def _engine_resources(engine) -> tuple[Optional[int], Optional[int]]:
+    """(free disk where the engine keeps images, engine memory), from one `docker info`; None where unknown."""
+    try:
+        info = engine.info()
+    except Exception:
+        return None, None
+    root = info.get("DockerRootDir") or "/var/lib/docker"
+    disk = None
+    if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") and Path(root).exists():
+        disk = shutil.disk_usage(root).free  # only a local engine's disk is ours to measure
+    return disk, int(info.get("MemTotal") or 0) or None
+
+
+
+def load_images(engine, context: Path, say: Callable[[str], None]) -> None:
+    mf = context / "manifest.json"
+    if not mf.is_file():
+        return
+    for img in json.loads(mf.read_text()).get("images", []):
+        if engine.has_image(img["ref"]) and engine.image_id(img["ref"]) == img.get("id"):
+            say(f"base image {img['ref']} already on the engine (same id as the bundle's)")
+            continue
+        if engine.has_image(img["ref"]):
+            say(f"{img['ref']} on this engine is not the bundle's image: loading the bundle's")
+        say(f"docker load {img['file']}")
+        loaded = engine.load(context / img["file"])
+        if not engine.has_image(img["ref"]) or engine.image_id(img["ref"]) != img.get("id"):
+            # Podman names unqualified archive tags localhost/...: the archive still holds the image, so name it as planned.
+            if len(loaded) != 1:
+                tags = ", ".join(t for _, ts in loaded for t in ts) or "no tags"
+                raise ExternalError(f"{img['file']} did not provide {img['ref']} (it holds {tags})",
+                                    "re-run envkit bundle to save the base image again")
+            engine.tag(loaded[0][0], img["ref"])
+            say(f"tagged the loaded image {loaded[0][0][:19]} as {img['ref']}")

@@ -1,0 +1,197 @@
+"""`envkit bundle`: on a connected machine, carry everything an offline build needs into one
+directory: the generated offline context, every wheel for the TARGET's Python and platform tags,
+the sdists and CPython tarball the plan compiles, a flat apt repository per stage (downloaded inside
+the base image itself), the base images as `docker save` tarballs, and a manifest with the sha256
+and size of every file. A second run over a complete bundle downloads nothing."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from envkit.errors import ExternalError, InputError
+from envkit.adapters.fetch import download
+from envkit.model.matrix import OsRelease
+from envkit.model.plan import PYTHON_FTP, BuildPlan
+from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
+from envkit.core.wheels import find_in_simple_index, pip_download_args
+
+Say = Callable[[str], None]
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+@dataclass
+class BundleReport:
+    out: Path
+    downloaded: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    complete_already: bool = False
+
+
+# ---------------------------------------------------------------- the adapter work
+
+def _image_file(ref: str) -> str:
+    return "images/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", ref) + ".tar"
+
+
+def _sdist_url(plan: BuildPlan, filename: str, project: str) -> tuple[str, Optional[str]]:
+    import requests
+
+    index = plan.site.pip_index or "https://pypi.org/simple"
+    page = f"{index.rstrip('/')}/{project}/"
+    try:
+        r = requests.get(page, timeout=60, headers={"Accept": "text/html"})
+        r.raise_for_status()
+    except requests.RequestException as exc:
+        raise ExternalError(f"cannot read the index page {page}: {type(exc).__name__}", "check the connection or the site index") from None
+    return find_in_simple_index(r.text, page, filename)
+
+
+def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say, progress_factory) -> None:
+    for item in plan.carried:
+        if not item.path.startswith("sources/"):
+            continue
+        name = item.path.split("/", 1)[1]
+        dest = out / item.path
+        if name.startswith("flash_attn-"):
+            url, sha = _sdist_url(plan, name, "flash-attn")
+        else:
+            full = name[len("Python-"):].rsplit(".", 1)[0]
+            url, sha = f"{PYTHON_FTP}/{full}/{name}", None
+            if plan.site.given:
+                url = plan.site.rewrite(url) or url
+        with progress_factory(name) as tick:
+            fetched = download(url, dest, sha256=sha, progress=tick)
+        (report.downloaded if fetched else report.reused).append(item.path)
+        say(f"{'fetched' if fetched else 'have'} {item.path}" + (" (sha256 verified)" if sha else ""))
+
+
+def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[str, ...], report: BundleReport, say: Say) -> None:
+    dest = out / "wheelhouse"
+    dest.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in dest.glob("*")}
+    args = pip_download_args(plan, osr, dest, find_links)
+    say(f"pip download for cp{plan.solution.python.major}{plan.solution.python.minor} on {osr.name} (glibc {osr.glibc}): "
+        + " ".join(r for r, _ in plan.wheel_sources))
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["pip failed"]
+        raise ExternalError(f"pip download failed: {last[0][:300]}", "check the versions and indexes named; run again (downloaded wheels are kept)")
+    for p in sorted(dest.glob("*")):
+        (report.reused if p.name in before else report.downloaded).append(f"wheelhouse/{p.name}")
+
+
+def fetch_debs(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Say) -> None:
+    from envkit.adapters.debrepo import write_index
+
+    for stage in plan.stages:
+        step = next((s for s in stage.steps if s.template == "apt-offline"), None)
+        if step is None:
+            continue
+        packages = step.var("packages").replace("\\", " ").split()
+        d = out / "debs" / stage.name
+        d.mkdir(parents=True, exist_ok=True)
+        _ensure_image(engine, stage.image, say)
+        say(f"apt: resolving {' '.join(packages)} inside {stage.image} (only what the image lacks is carried)")
+        script = ("set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --download-only "
+                  "--no-install-recommends " + " ".join(packages) + "; cp /var/cache/apt/archives/*.deb /out/ 2>/dev/null || true; "
+                  "for f in /out/*.deb; do [ -e \"$f\" ] && dpkg-deb -f \"$f\" > \"$f.control\"; done; "
+                  f"chown -R {_uid()} /out")
+        rc, logs = engine.run(stage.image, ["sh", "-c", script], {str(d.resolve()): {"bind": "/out", "mode": "rw"}})
+        if rc != 0:
+            raise ExternalError(f"apt download in {stage.image} failed: {logs.strip().splitlines()[-1:] or ['?']}",
+                                "check the image's apt sources reach a mirror from this machine")
+        n = write_index(d)
+        report.downloaded.append(f"debs/{stage.name}/ ({n} packages)")
+        say(f"apt: debs/{stage.name}/ holds {n} packages")
+
+
+def _uid() -> str:
+    import os
+
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def _ensure_image(engine, ref: str, say: Say) -> None:
+    if engine.has_image(ref):
+        return
+    say(f"pulling {ref}")
+    try:
+        engine.client.images.pull(ref)
+    except Exception as exc:
+        raise ExternalError(f"base image {ref} is not on this engine and cannot be pulled ({type(exc).__name__})",
+                            f"docker pull or docker load {ref} first, or name the site's copy in the site file [images]") from None
+
+
+def save_images(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Say, progress_factory) -> list[dict]:
+    images = []
+    for ref in dict.fromkeys(s.image for s in plan.stages):
+        _ensure_image(engine, ref, say)
+        rel = _image_file(ref)
+        dest = out / rel
+        image_id = engine.image_id(ref)
+        old = out / MANIFEST
+        if dest.is_file() and old.is_file():
+            prev = {i["ref"]: i for i in json.loads(old.read_text()).get("images", [])}
+            if prev.get(ref, {}).get("id") == image_id and prev[ref].get("file") == rel:
+                report.reused.append(rel)
+                images.append({"ref": ref, "file": rel, "id": image_id})
+                continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with progress_factory(rel) as tick:
+            engine.save(ref, dest, progress=lambda n: tick(n, None))
+        report.downloaded.append(rel)
+        images.append({"ref": ref, "file": rel, "id": image_id})
+        say(f"saved {ref} -> {rel}")
+    return images
+
+
+def make_bundle(flags: dict, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
+                mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
+                say: Say = print, progress_factory=None):
+    """Returns (Generated, BundleReport or None when there is no solution)."""
+    from envkit.adapters.engine import Engine
+    from envkit.app.generate import generate
+    from envkit.adapters.context_dir import write_tree
+    from envkit.model.plan import Options
+
+    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
+    if g.plan is None:
+        return g, None
+    root = Path(out)
+    report = BundleReport(root)
+    if (root / MANIFEST).is_file() and (root / "envkit.plan.json").is_file() \
+            and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
+            and not [p for p in verify(root) if p.split(": ", 1)[-1].split("/")[0] in CARRIED_DIRS]:
+        # Same plan, every carried artifact verified: only the generated files may need rewriting.
+        unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in g.files.items())
+        if not unchanged:
+            images = json.loads((root / MANIFEST).read_text()).get("images", [])
+            write_tree(out, g.files, force)
+            write_manifest(root, images)
+            say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
+        report.complete_already = True
+        doc = json.loads((root / MANIFEST).read_text())
+        report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
+        return g, report
+    for item in g.plan.carried:
+        if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links:
+            raise InputError(f"{item.path} ({item.what}) is on no public index",
+                             "pass --find-links DIR holding it (from the vendor's wheel site)")
+    write_tree(out, g.files, force)
+    engine = Engine.connect()
+    fetch_sources(g.plan, root, report, say, progress_factory)
+    fetch_wheels(g.plan, g.plan.stages[0].os, root, find_links, report, say)
+    fetch_debs(engine, g.plan, root, report, say)
+    images = save_images(engine, g.plan, root, report, say, progress_factory)
+    doc = write_manifest(root, images)
+    report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
+    return g, report

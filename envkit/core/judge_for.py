@@ -1,0 +1,30 @@
+"""doctor --for: would this stack work on this host? The resolver asked with the host's facts."""
+from __future__ import annotations
+from envkit.model.host import Finding, Host
+from envkit.model.matrix import Matrix
+
+
+def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
+    """Would the asked stack work on this host's GPU and driver? The resolver answers."""
+    from envkit.core.resolve import parse_query, resolve
+
+    asked = dict(flags)
+    if "gpu" not in asked and host.gpus and host.gpus[0].cc:
+        asked["gpu"] = f"sm_{host.gpus[0].cc.replace('.', '')}"
+    if "driver" not in asked and host.driver:
+        asked["driver"] = host.driver
+    result = resolve(m, parse_query(m, **asked))
+    shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in asked.items())
+    if result.solution is None:
+        return [Finding("error", c.rule, f"asked: {shown}", c.message, c.fix, c.source) for c in result.conflicts]
+    s = result.solution.flat()
+    extra = []
+    nv = host.nvcc
+    if flags.get("kernels") and nv and result.solution.platform == "cuda" and result.solution.toolkit is not None \
+            and int(nv.split(".")[0]) != result.solution.toolkit.major:
+        extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {result.solution.toolkit}",
+                             "extensions must be compiled with the CUDA major torch was built with",
+                             f"build the kernels in the CUDA {result.solution.toolkit} devel image (envkit generate {shown})",
+                             "https://github.com/pytorch/pytorch/issues/136845"))
+    return extra + [Finding("info", "for.works", f"asked: {shown}", "this stack resolves on this host: " + ", ".join(f"{k} {v}" for k, v in s.items()),
+                    "envkit generate " + shown, result.solution.sources[0] if result.solution.sources else "doc:matrix.toml")]

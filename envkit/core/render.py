@@ -1,0 +1,155 @@
+"""The renderer: a pure function from a BuildPlan and the templates in dockerfiles/ to the files of a
+build context (Dockerfile, the small scripts it runs, the lock and the plan). Same input, same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from string import Template
+from typing import Mapping
+from urllib.parse import urlsplit
+
+from envkit import __version__
+from envkit.errors import InputError
+from envkit.model.plan import WHEELHOUSE, BuildPlan, Stage, Step
+
+STAGE_WHY = {
+    "build": "devel image; compiles what must be compiled, installs everything into one venv",
+    "runtime": "runtime image; the venv from the build stage, no compiler",
+}
+
+
+@dataclass(frozen=True)
+class Templates:
+    fragments: Mapping[str, str]
+    scripts: Mapping[str, bytes]
+
+
+def _t(templates: Templates, name: str, **values: str) -> str:
+    return Template(templates.fragments[name]).substitute(values)
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+
+
+def json_bytes(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def _site_env(plan: BuildPlan) -> bytes:
+    s = plan.site
+    hosts = sorted(h for h in s.hosts() if h)
+    lines = [
+        "# envkit site settings, read by apply-site.sh",
+        f"OFFLINE={1 if plan.options.offline else 0}",
+        f"REMOVE_VENDOR_LISTS={1 if (s.remove_vendor_lists or plan.options.offline) else 0}",
+    ]
+    if not plan.options.offline and s.apt_mirror:
+        lines += [f"APT_MIRROR='{s.apt_mirror}'", f"APT_SECURITY='{s.apt_security or s.apt_mirror}'",
+                  f"APT_DEBIAN_SECURITY='{s.apt_security or s.apt_mirror + '-security'}'",
+                  "SITE_HOSTS_RE='" + "|".join(f"https?://{re.escape(h)}[:/]" for h in hosts) + "'"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _pip_conf(plan: BuildPlan) -> bytes | None:
+    s = plan.site
+    if plan.options.offline:
+        return f"[global]\nno-index = true\nfind-links = {WHEELHOUSE}\n".encode()
+    if not (s.pip_index or s.extra_index_urls or s.ca_cert):
+        return None
+    lines = ["[global]"]
+    if s.pip_index:
+        lines.append(f"index-url = {s.pip_index}")
+    if s.extra_index_urls:
+        lines.append("extra-index-url = " + " ".join(s.extra_index_urls))
+    trusted = sorted(set(s.trusted_hosts) | {urlsplit(u).hostname or "" for u in (s.pip_index, *s.extra_index_urls) if u and u.startswith("http://")})
+    if trusted:
+        lines.append("trusted-host = " + " ".join(h for h in trusted if h))
+    if s.ca_cert:
+        lines.append("cert = /etc/ssl/certs/ca-certificates.crt")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _step_text(plan: BuildPlan, stage: Stage, step: Step, templates: Templates, state: dict) -> str:
+    v = dict(step.vars)
+    o = plan.options
+    if step.template == "pip":
+        args = v["pip_source"] + " " if v["pip_source"] else ""
+        return _t(templates, "pip", args=args, packages=v["packages"])
+    if step.template == "venv":
+        copy = f"COPY wheelhouse/ {WHEELHOUSE}/\n" if v["wheelhouse"] else ""
+        return _t(templates, "venv", copy_wheelhouse=copy, python=v["python"], venv=v["venv"])
+    if step.template == "kernels":
+        prelude = ""
+        if not state.get("kernels"):
+            state["kernels"] = True
+            prelude = (f"COPY sources/{v['sdist']} /opt/envkit/sources/\n"
+                       "COPY envkit/build_flash_attn.py /opt/envkit/\n"
+                       f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
+        return _t(templates, "kernels", prelude=prelude, **{k: v[k] for k in ("sdist", "targets", "arch_list", "host_march")})
+    if step.template == "copy-venv":
+        copy_python = f"COPY --from=build {v['python_prefix']} {v['python_prefix']}\n" if v["python_prefix"] else ""
+        return _t(templates, "copy-venv", copy_python=copy_python, venv=v["venv"])
+    if step.template == "labels":
+        sol_json = json.dumps(plan.solution.to_dict(), sort_keys=True, separators=(",", ":"))
+        return _t(templates, "labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
+                  envkit_version=__version__, lock_sha256=state["lock_sha256"], solution_json=_label_value(sol_json))
+    return _t(templates, step.template, **v)
+
+
+def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str) -> str:
+    out = [_t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)]
+    state: dict = {"lock_sha256": lock_sha256}
+    for stage in plan.stages:
+        out.append(_t(templates, "from", stage=stage.name, image=stage.image, why=STAGE_WHY[stage.name]))
+        for step in stage.steps:
+            out.append(f"\n# [{step.id}] {step.title}: {step.why}\n")
+            out.append(_step_text(plan, stage, step, templates, state))
+    text = "".join(out)
+    if plan.options.offline:
+        check_offline(text)
+    return text
+
+
+def check_offline(text: str) -> None:
+    """No `# syntax=` line (BuildKit would pull the frontend) and no URL in any RUN: or refuse, naming the step."""
+    if re.match(r"\s*#\s*syntax\s*=", text):
+        raise InputError("offline Dockerfile starts with a `# syntax=` line, which makes BuildKit pull its frontend",
+                         "remove the line; the engine's built-in frontend needs no network")
+    step = "?"
+    for instr in re.split(r"(?<!\\)\n(?=\S)", text):
+        m = re.match(r"# \[([a-z0-9-]+)\]", instr)
+        if m:
+            step = m.group(1)
+        if not re.match(r"(#|LABEL\b)", instr) and re.search(r"[a-z][a-z0-9+.-]*://", instr):
+            url = re.search(r"[a-z][a-z0-9+.-]*://\S+", instr)
+            raise InputError(f"step `{step}` reaches {url.group(0) if url else 'a URL'} in offline mode",
+                             "carry the artifact in the build context (envkit bundle) instead")
+
+
+def render(plan: BuildPlan, templates: Templates, command: str, lock: dict) -> dict[str, bytes]:
+    """Every file of the generated build context, by relative path."""
+    lock_bytes = json_bytes(lock)
+    lock_sha = hashlib.sha256(lock_bytes).hexdigest()
+    files: dict[str, bytes] = {
+        "Dockerfile": dockerfile(plan, templates, command, lock_sha).encode(),
+        "envkit.lock.json": lock_bytes,
+        "envkit.plan.json": json_bytes(plan.to_dict()),
+        "envkit/solution.json": json_bytes(plan.solution.to_dict()),
+        ".dockerignore": b"# the base image tarballs and the manifest stay out of the build context\nimages/\nmanifest.json\n*.part\n",
+        "envkit/selftest.py": templates.scripts["selftest.py"],
+    }
+    if any(st.template == "kernels" for s in plan.stages for st in s.steps):
+        files["envkit/build_flash_attn.py"] = templates.scripts["build_flash_attn.py"]
+    if any(st.template == "site" for s in plan.stages for st in s.steps):
+        files["envkit/site/apply-site.sh"] = templates.scripts["apply-site.sh"]
+        files["envkit/site/site.env"] = _site_env(plan)
+        pip_conf = _pip_conf(plan)
+        if pip_conf:
+            files["envkit/site/pip.conf"] = pip_conf
+        if plan.site.ca_cert:
+            files["envkit/site/ca.crt"] = plan.site.ca_cert
+    return dict(sorted(files.items()))

@@ -1,0 +1,78 @@
+"""The serving sweep's pure parts: workloads (random or a dataset) and the summary of one level's requests."""
+from __future__ import annotations
+import random
+import statistics
+from dataclasses import dataclass, field
+from envkit.inimage.selftest import jsonl_rows
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0
+    latency: float = 0.0
+    itl: list = field(default_factory=list)
+    error: str = ""
+
+
+
+def _percentile(xs: list, q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+
+def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list:
+    """(prompt token ids, output length) pairs: ids from 10 up, valid for any tokenizer of at least `vocab` entries."""
+    rng = random.Random(seed)
+    return [([rng.randrange(10, vocab) for _ in range(input_len)], output_len) for _ in range(n)]
+
+
+
+def parse_dataset(text: str, n: int, output_len: int) -> list:
+    """(prompt, output length) pairs from JSONL lines {"prompt": str, "output_tokens": int?}, as vLLM's custom dataset.
+
+    output_tokens, where a line has it, wins over output_len. Fewer lines than n are cycled. ValueError names the line.
+    """
+    reqs = []
+    for no, row in jsonl_rows(text):
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
+            raise ValueError(f'line {no} has no "prompt" string')
+        out = row.get("output_tokens", output_len)
+        if not isinstance(out, int) or isinstance(out, bool) or out < 1:
+            raise ValueError(f'line {no}: "output_tokens" must be a positive integer')
+        reqs.append((row["prompt"], out))
+    if not reqs:
+        raise ValueError("it holds no prompts")
+    return [reqs[i % len(reqs)] for i in range(n)]
+
+
+
+def summarize(results: list, wall: float, concurrency: int) -> dict:
+    ok = [r for r in results if r.ok]
+    ttft = [r.ttft * 1e3 for r in ok]
+    tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r in ok if r.output_tokens > 1]
+    itl = [x * 1e3 for r in ok for x in r.itl]
+    lat = [r.latency * 1e3 for r in ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    in_tokens = sum(r.prompt_tokens for r in ok)
+    return {
+        "concurrency": concurrency, "requests": len(results), "completed": len(ok), "failed": len(results) - len(ok),
+        "errors": sorted({r.error for r in results if not r.ok})[:3],
+        "out_of_memory": any("out of memory" in r.error.lower() for r in results if not r.ok), "duration_s": round(wall, 3),
+        "request_throughput": round(len(ok) / wall, 3) if wall else 0.0,
+        "input_throughput": round(in_tokens / wall, 2) if wall else 0.0,
+        "output_throughput": round(out_tokens / wall, 2) if wall else 0.0,
+        "mean_ttft_ms": round(statistics.fmean(ttft), 2) if ttft else None,
+        "p99_ttft_ms": round(_percentile(ttft, 99), 2) if ttft else None,
+        "mean_tpot_ms": round(statistics.fmean(tpot), 2) if tpot else None,
+        "p99_tpot_ms": round(_percentile(tpot, 99), 2) if tpot else None,
+        "mean_itl_ms": round(statistics.fmean(itl), 2) if itl else None,
+        "mean_latency_ms": round(statistics.fmean(lat), 2) if lat else None,
+    }

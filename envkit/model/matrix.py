@@ -1,0 +1,389 @@
+"""The compatibility matrix as values (CUDA, GPUs, drivers, torch, ROCm, DTK, flash-attn, vLLM, Python,
+OS releases) and the one rule for whether compiled code runs on a GPU. config/matrix_file.py reads them from
+matrix.toml."""
+from __future__ import annotations
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+
+PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
+
+
+
+VENDOR_PLATFORM = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk"}
+
+
+
+@dataclass(frozen=True, order=True)
+class CC:
+    """An NVIDIA compute capability, e.g. 8.6 (sm_86)."""
+
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> "CC":
+        m = re.fullmatch(r"(?:sm_?|compute_)?(\d+)\.?(\d)?[af]?", text.strip().lower())
+        if not m:
+            raise ValueError(f"not a compute capability: {text!r}")
+        if m.group(2) is None:  # sm_86 / sm_120 style: the last digit is the minor
+            digits = m.group(1)
+            return cls(int(digits[:-1]), int(digits[-1]))
+        return cls(int(m.group(1)), int(m.group(2)))
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+
+@functools.lru_cache(maxsize=256)
+def _cc_of(arch: str) -> Optional[CC]:
+    return CC.parse(arch) if arch.startswith("sm_") else None
+
+
+
+def sass_runs_on(built: CC, gpu: CC) -> bool:
+    """A cubin for sm_X.Y runs on devices of the same major with minor >= Y."""
+    return built.major == gpu.major and built.minor <= gpu.minor
+
+
+
+def runs_on(archs: Iterable[CC], ptx: Optional[CC], gpu: CC) -> bool:
+    """A binary built for `archs` (+PTX of `ptx`) runs on the GPU: a cubin of its family, or PTX
+    the driver can JIT for it."""
+    return any(sass_runs_on(a, gpu) for a in archs) or (ptx is not None and ptx <= gpu)
+
+
+
+@dataclass(frozen=True, order=True)
+class Driver:
+    """A driver version compared numerically but printed as written (450.80.02 stays 450.80.02)."""
+
+    key: tuple[int, ...]
+    text: str = field(compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> "Driver":
+        t = text.strip()
+        if not re.fullmatch(r"\d+(\.\d+){0,3}", t):
+            raise ValueError(f"not a driver version: {text!r} (write it like 535.104.05)")
+        return cls(tuple(int(p) for p in t.split(".")), t)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    version: Version
+    release: str
+    min_driver: Driver
+    toolkit_driver: Optional[Driver]
+    archs: tuple[CC, ...]
+    cudnn: str
+    devel_image: str
+    runtime_image: str
+    os: str
+    source: str
+
+    def can_target(self, gpu: CC) -> bool:
+        return any(sass_runs_on(a, gpu) for a in self.archs)
+
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    aliases: tuple[str, ...]
+    vendor: str
+    arch: str
+    memory_gb: float
+    bandwidth_gbs: float
+    min_dtk: Optional[Version]
+    source: str
+    min_driver: Optional[Driver] = None  # a product newer than its architecture's first driver (H200 needs R550)
+
+    @property
+    def cc(self) -> Optional[CC]:
+        return _cc_of(self.arch)
+
+    @property
+    def platform(self) -> str:
+        return VENDOR_PLATFORM[self.vendor]
+
+
+
+@dataclass(frozen=True)
+class GpuDriver:
+    """The driver an NVIDIA architecture family needs: the first branch that drives it, and the last
+    branch that still does (R580 is the last for Maxwell, Pascal and Volta)."""
+    family: str
+    archs: tuple[CC, ...]
+    min_driver: Optional[Driver]
+    last_branch: Optional[int]
+    confidence: str
+    source: str
+
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    version: Version
+    variant: str
+    platform: str
+    toolkit: Optional[Version]
+    archs: tuple[str, ...]
+    ptx: Optional[CC]
+    cxx11abi: bool
+    python: SpecifierSet
+    index_url: Optional[str]
+    wheel: Optional[str]
+    local: str
+    confidence: str
+    source: str
+
+    @property
+    def pin(self) -> str:
+        return f"{self.version}+{self.local}"
+
+    ccs: tuple[CC, ...] = field(default=(), compare=False, repr=False)
+    archs_known: bool = True  # False: the build exists, but no source states its arch list
+    note: str = ""  # what of this row is inferred
+    pypi: bool = False  # the build PyPI serves for `pip install torch==X`
+    abi_known: bool = True  # False: cxx11abi is taken from the release's PyPI build, no source states it
+
+    def __post_init__(self) -> None:
+        if self.platform == "cuda" and not self.ccs:
+            try:
+                object.__setattr__(self, "ccs", tuple(CC.parse(a) for a in self.archs))
+            except ValueError:
+                pass  # reported by the loader
+
+    def runs_on_cc(self, gpu: CC) -> bool:
+        return runs_on(self.ccs, self.ptx, gpu)
+
+
+
+@dataclass(frozen=True)
+class Rocm:
+    version: Version
+    archs: tuple[str, ...]
+    devel_image: Optional[str]  # None: no public image is known; the site file names one
+    runtime_image: Optional[str]
+    os: Optional[str]
+    source: str
+
+
+
+@dataclass(frozen=True)
+class Dtk:
+    version: Version
+    rocm: str
+    image_hint: str
+    source: str
+
+
+
+@dataclass(frozen=True)
+class FaWheelBuild:
+    """One build of a flash-attn release's wheel: the cu tag in its name, the torch (release and
+    index) it was compiled against, the nvcc that compiled it, and the Pythons and ABI flags built."""
+    cuda: str
+    torch: Version
+    torch_index: str
+    nvcc: Version
+    platform: str
+    python: tuple[Version, ...]
+    abi: tuple[bool, ...]
+
+    @property
+    def torch_minor(self) -> str:
+        return f"{self.torch.major}.{self.torch.minor}"
+
+
+
+@dataclass(frozen=True)
+class FaRemap:
+    """A rule of setup.py's wheel-name code: torch.version.cuda becomes `to` when it matches."""
+    cuda_major: Optional[int]
+    torch: Optional[str]
+    to: Version
+
+
+
+@dataclass(frozen=True)
+class FlashAttn:
+    version: Version
+    tag: str
+    python: SpecifierSet
+    torch: SpecifierSet
+    nvcc: SpecifierSet
+    wheel_format: Optional[str]  # "major" | "major_minor"; None: setup.py never downloads a wheel
+    wheel_remap: tuple[FaRemap, ...]
+    wheel_set: str  # "workflow" (derived from the tag's publish workflow) | "none" | "unknown"
+    wheels: tuple[FaWheelBuild, ...]
+    archs: tuple[tuple[CC, SpecifierSet], ...]  # gencode arch -> the nvcc that emits it
+    rocm: Optional[SpecifierSet]
+    rocm_archs: tuple[str, ...]
+    kernels: tuple[str, ...]
+    kernel_setup_py: bool
+    confidence: str
+    source: str
+
+    def cuda_tag(self, torch_cuda: Version, torch_version: Version) -> Optional[str]:
+        """The cu tag setup.py puts in the wheel name it looks up for this torch."""
+        if self.wheel_format is None:
+            return None
+        cuda = torch_cuda
+        minor = f"{torch_version.major}.{torch_version.minor}"
+        for r in self.wheel_remap:
+            if (r.cuda_major is None or r.cuda_major == torch_cuda.major) and (r.torch is None or r.torch == minor):
+                cuda = r.to
+                break
+        return str(cuda.major) if self.wheel_format == "major" else f"{cuda.major}{cuda.minor}"
+
+    def archs_for(self, nvcc: Version) -> list[CC]:
+        return [a for a, spec in self.archs if spec.contains(nvcc, prereleases=True)]
+
+
+
+@dataclass(frozen=True)
+class TorchAbiBreak:
+    """A torch patch release whose C++ symbols differ from the earlier patches of its minor: an
+    extension compiled against an earlier patch fails to import on it (and later ones)."""
+    torch: Version
+    symbol: str
+    why: str
+    source: str
+
+
+
+@dataclass(frozen=True)
+class FlashAttnBroken:
+    flash_attn: SpecifierSet
+    torch: str
+    cxx11abi: bool
+    why: str
+    source: str
+
+
+
+@dataclass(frozen=True)
+class VllmBuild:
+    """A vLLM wheel that is not on PyPI (another CUDA or a ROCm build on the GitHub release),
+    as the release's own docs or release pipeline name it; `wheel` may hold <py> for cpXY."""
+    toolkit: Version
+    wheel: str
+    status: str  # "verified" (seen downloaded) | "documented" (the release's docs/pipeline name it)
+    source: str
+    archs: Optional[tuple[CC, ...]] = None  # None: not stated
+    ptx: Optional[CC] = None
+    python: Optional[tuple[Version, ...]] = None  # the Pythons it is published for, when the source limits them
+
+
+
+@dataclass(frozen=True)
+class Vllm:
+    version: Version
+    torch: SpecifierSet
+    python: SpecifierSet
+    wheels: tuple[str, ...]  # the release's Linux x86_64 wheels on PyPI (preferred build first)
+    wheel_cuda: Optional[Version]  # the CUDA the PyPI wheel was built with (None: not stated anywhere)
+    wheel_cuda_major: Optional[int]
+    cuda_archs: Optional[tuple[CC, ...]]  # what the PyPI wheel was compiled for (None: unknown)
+    cuda_ptx: Optional[CC]
+    archs_from: str
+    rocm_archs: tuple[str, ...]
+    variants: tuple[VllmBuild, ...]
+    rocm_wheels: tuple[VllmBuild, ...]
+    confidence: str
+    source: str
+    missing_deps: tuple[str, ...] = ()  # exact pins PyPI no longer serves: `pip install` fails
+
+    @property
+    def min_cc(self) -> Optional[CC]:
+        return min(self.cuda_archs) if self.cuda_archs else None
+
+    def runs_on_cc(self, gpu: CC) -> Optional[bool]:
+        """None when no source states the wheel's arch list."""
+        return None if self.cuda_archs is None else runs_on(self.cuda_archs, self.cuda_ptx, gpu)
+
+
+
+@dataclass(frozen=True)
+class PythonRelease:
+    version: Version
+    tarball: str
+    source: str
+
+
+
+@dataclass(frozen=True)
+class OsRelease:
+    """A base image's operating system: its own Python and the apt package sets envkit installs."""
+    name: str
+    family: str
+    glibc: Version
+    python: Version
+    python_packages: tuple[str, ...]
+    python_runtime: tuple[str, ...]
+    build_packages: tuple[str, ...]
+    cpython_build: tuple[str, ...]
+    cpython_runtime: tuple[str, ...]
+    cpu_image: Optional[str]
+    source: str
+
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: str
+    cuda: tuple[CudaToolkit, ...]
+    gpus: tuple[Gpu, ...]
+    gpu_drivers: tuple[GpuDriver, ...]
+    torch: tuple[TorchBuild, ...]
+    rocm: tuple[Rocm, ...]
+    dtk: tuple[Dtk, ...]
+    flash_attn: tuple[FlashAttn, ...]
+    flash_attn_broken: tuple[FlashAttnBroken, ...]
+    torch_abi_breaks: tuple[TorchAbiBreak, ...]
+    vllm: tuple[Vllm, ...]
+    python: tuple[PythonRelease, ...]
+    os: tuple[OsRelease, ...]
+    raw: dict = field(repr=False, compare=False, hash=False)
+
+    def gpu_driver(self, cc: CC) -> Optional[GpuDriver]:
+        return next((d for d in self.gpu_drivers if cc in d.archs), None)
+
+    def cuda_toolkit(self, version: Version) -> Optional[CudaToolkit]:
+        return next((c for c in self.cuda if c.version == version), None)
+
+    def rocm_release(self, version: Version) -> Optional[Rocm]:
+        return next((r for r in self.rocm if r.version == version), None)
+
+    def dtk_release(self, version: Version) -> Optional[Dtk]:
+        return next((d for d in self.dtk if d.version == version), None)
+
+    def os_release(self, name: str) -> Optional[OsRelease]:
+        return next((o for o in self.os if o.name == name), None)
+
+    def python_release(self, version: Version) -> Optional[PythonRelease]:
+        return next((p for p in self.python if p.version == version), None)
+
+
+def dtk_text(v: Version) -> str:
+    """DTK versions are YY.MM[.P]: 24.04 prints as 24.04, not packaging's 24.4."""
+    return ".".join([str(v.release[0]), f"{v.release[1]:02d}", *map(str, v.release[2:])])
+
+
+def gpu_name_key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())

@@ -1,0 +1,197 @@
+"""What resolve answers, as values: the Query it was asked, the Solution it found (or the Conflicts that
+forbid one, each with its rule, source and fix), and the resolve flags' spellings."""
+from __future__ import annotations
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, TorchBuild, Vllm
+from envkit.model.matrix import dtk_text
+
+
+@dataclass(frozen=True)
+class Query:
+    gpu: Optional[Gpu] = None
+    driver: Optional[Driver] = None
+    platform: Optional[str] = None
+    cuda: Optional[Version] = None
+    rocm: Optional[Version] = None
+    dtk: Optional[Version] = None
+    python: Optional[Version] = None
+    torch: Optional[SpecifierSet] = None
+    torch_local: Optional[str] = None
+    flash_attn: Optional[SpecifierSet] = None
+    vllm: Optional[SpecifierSet] = None
+    kernels: tuple[str, ...] = ()
+    given: tuple[tuple[str, str], ...] = ()
+
+    def flags(self) -> dict[str, str]:
+        return dict(self.given)
+
+    def without(self, key: str) -> "Query":
+        empty = {"kernels": ()}.get(key)
+        changes: dict[str, Any] = {key: empty, "given": tuple((k, v) for k, v in self.given if k != key)}
+        if key == "torch":
+            changes["torch_local"] = None
+        return replace(self, **changes)
+
+
+
+@dataclass(frozen=True)
+class Conflict:
+    rule: str
+    message: str
+    fix: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
+
+
+
+@dataclass(frozen=True)
+class FlashAttnPlan:
+    version: Version
+    build: str  # "wheel" | "source"
+    wheel: Optional[str]
+    url: Optional[str]
+    arch_list: tuple[str, ...]
+    source_row: str
+    reason: str = ""  # why there is no prebuilt wheel (a source build)
+
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    module: str
+    flash_attn_sdist: Version
+    setup_py: str  # "shipped" | "supplied"
+    arch_list: tuple[str, ...]
+    patch_gencode: bool
+
+
+
+@dataclass(frozen=True)
+class Solution:
+    platform: str
+    gpu: Optional[Gpu]
+    torch: TorchBuild
+    toolkit: Optional[Version]
+    cuda: Optional[CudaToolkit]
+    python: Version
+    min_driver: Optional[Driver]
+    devel_image: Optional[str]
+    runtime_image: Optional[str]
+    flash_attn: Optional[FlashAttnPlan]
+    vllm: Optional[Vllm]
+    vllm_wheel: Optional[str]
+    vllm_url: Optional[str]
+    kernels: tuple[KernelPlan, ...]
+    notes: tuple[str, ...]
+    sources: tuple[str, ...]
+
+    @property
+    def _toolkit_text(self) -> str:
+        return dtk_text(self.toolkit) if self.platform == "dtk" else str(self.toolkit)
+
+    def flat(self) -> dict[str, str]:
+        """The few fields people compare: what case files match on."""
+        out = {"platform": self.platform, "torch": self.torch.pin, "python": str(self.python)}
+        if self.platform == "cuda":
+            out["cuda"] = str(self.toolkit)
+        elif self.platform == "rocm":
+            out["rocm"] = str(self.toolkit)
+        elif self.platform == "dtk":
+            out["dtk"] = dtk_text(self.toolkit)
+        if self.flash_attn:
+            out["flash_attn"] = str(self.flash_attn.version)
+            out["flash_attn_build"] = self.flash_attn.build
+            if self.flash_attn.wheel:
+                out["flash_attn_wheel"] = self.flash_attn.wheel
+        if self.vllm:
+            out["vllm"] = str(self.vllm.version)
+            if self.vllm_wheel:
+                out["vllm_wheel"] = self.vllm_wheel
+        if self.min_driver is not None:
+            out["min_driver"] = str(self.min_driver)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.torch
+        d: dict[str, Any] = {
+            "platform": self.platform,
+            "gpu": None if self.gpu is None else {"name": self.gpu.name, "arch": self.gpu.arch, "vendor": self.gpu.vendor,
+                                                  "memory_gb": self.gpu.memory_gb, "bandwidth_gbs": self.gpu.bandwidth_gbs},
+            "python": str(self.python),
+            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": self._toolkit_text,
+                                                          "release": self.cuda.release if self.cuda else self._toolkit_text},
+            "min_driver": None if self.min_driver is None else str(self.min_driver),
+            "images": {"devel": self.devel_image, "runtime": self.runtime_image},
+            "torch": {"version": str(t.version), "variant": t.variant, "pin": t.pin, "index_url": t.index_url,
+                      "wheel": t.wheel, "cxx11abi": t.cxx11abi, "archs": list(t.archs),
+                      "ptx": None if t.ptx is None else str(t.ptx)},
+            "flash_attn": None,
+            "vllm": None,
+            "kernels": [],
+            "notes": list(self.notes),
+            "sources": list(self.sources),
+        }
+        if self.flash_attn:
+            f = self.flash_attn
+            d["flash_attn"] = {"version": str(f.version), "build": f.build, "wheel": f.wheel, "url": f.url,
+                               "arch_list": list(f.arch_list), "reason": f.reason or None}
+        if self.vllm:
+            d["vllm"] = {"version": str(self.vllm.version), "wheel": self.vllm_wheel, "url": self.vllm_url}
+        d["kernels"] = [{"name": k.name, "module": k.module, "flash_attn_sdist": str(k.flash_attn_sdist),
+                         "setup_py": k.setup_py, "arch_list": list(k.arch_list), "patch_gencode": k.patch_gencode}
+                        for k in self.kernels]
+        return d
+
+
+
+@dataclass(frozen=True)
+class Result:
+    query: Query
+    solution: Optional[Solution]
+    conflicts: tuple[Conflict, ...] = ()
+    suggestions: tuple[tuple[str, dict[str, str]], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.solution is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "ok": self.ok,
+            "query": self.query.flags(),
+            "solution": None if self.solution is None else self.solution.to_dict(),
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
+            "warnings": list(self.warnings),
+        }
+
+
+
+@dataclass(frozen=True)
+class VllmPick:
+    """The vLLM wheel a solution installs: PyPI's, or a build from the GitHub release that the
+    release's docs or pipeline name."""
+    wheel: Optional[str]
+    url: Optional[str]
+    on_pypi: bool
+    archs: Optional[tuple[CC, ...]]
+    ptx: Optional[CC]
+    cuda: Optional[Version]
+
+
+FLAG = {
+    "gpu": "--gpu", "driver": "--driver", "platform": "--platform", "cuda": "--cuda", "rocm": "--rocm",
+    "dtk": "--dtk", "python": "--python", "torch": "--torch", "flash_attn": "--flash-attn",
+    "vllm": "--vllm", "kernels": "--kernels",
+}
+
+
+FLAG_ORDER = ("gpu", "driver", "platform", "cuda", "rocm", "dtk", "python", "torch", "flash_attn", "vllm", "kernels")

@@ -1,0 +1,360 @@
+"""Rendering for people: rich tables. (Machines get the JSON documents of the result objects.)"""
+from __future__ import annotations
+
+from packaging.version import Version
+
+from typing import Optional
+
+from rich.markup import escape
+from rich.console import Console
+from rich.table import Table
+
+from envkit.model.matrix import Matrix
+from envkit.model.solution import FLAG
+from envkit.core.resolve import dtk_text
+from envkit.model.solution import Result
+
+RULE_STYLE = "bold red"
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def print_result(result: Result, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    if result.solution is not None:
+        d = result.solution.to_dict()
+        t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
+        t.add_column("component")
+        t.add_column("choice")
+        t.add_column("artifact / detail", overflow="fold")
+        if d["gpu"]:
+            t.add_row("gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
+        tk = d["toolkit"]
+        t.add_row("platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
+        if d["min_driver"]:
+            t.add_row("driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
+        if d["images"]["devel"]:
+            t.add_row("base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
+        t.add_row("python", d["python"], "")
+        tt = d["torch"]
+        t.add_row("torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
+        if d["flash_attn"]:
+            f = d["flash_attn"]
+            detail = f["wheel"] if f["build"] == "wheel" else f"build from source for {';'.join(f['arch_list'])}"
+            t.add_row("flash-attn", f"{f['version']} ({f['build']})", detail)
+        if d["vllm"]:
+            t.add_row("vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
+        for k in d["kernels"]:
+            t.add_row(f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
+                      f"archs {';'.join(k['arch_list'])}")
+        c.print(t)
+        for n in d["notes"]:
+            c.print(f"  note: {escape(n)}")
+    else:
+        asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
+        c.print(f"[{RULE_STYLE}]no consistent stack[/] for {asked or 'the default target'}")
+        t = Table(show_header=True, header_style="bold")
+        t.add_column("rule", style="red")
+        t.add_column("conflict", overflow="fold")
+        t.add_column("fix", overflow="fold")
+        for x in result.conflicts:
+            t.add_row(x.rule, escape(x.message), escape(x.fix))
+        c.print(t)
+        for x in result.conflicts:
+            c.print(f"  source of {x.rule}: {escape(x.source)}")
+        for key, sol in result.suggestions:
+            c.print(f"  without {FLAG[key]}: " + ", ".join(f"{k} {v}" for k, v in sol.items()))
+    for w in result.warnings:
+        c.print(f"  [yellow]warning:[/] {escape(w)}")
+
+
+def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    """name -> (title, columns, rows) for `envkit matrix show`."""
+    def dtk_builds(version: object) -> str:
+        return "\n".join(b.pin for b in m.torch if b.platform == "dtk" and b.toolkit == version)
+
+    return {
+        "cuda": ("CUDA toolkits", ("cuda", "min driver (MVC)", "toolkit driver", "archs", "devel image"),
+                 [(str(x.version), str(x.min_driver), str(x.toolkit_driver or ""), " ".join(a.sm for a in x.archs), x.devel_image)
+                  for x in m.cuda]),
+        "gpu": ("GPUs", ("name", "aliases", "vendor", "arch", "memory GB", "bandwidth GB/s"),
+                [(g.name, ", ".join(g.aliases), g.vendor, g.arch, f"{g.memory_gb:g}", f"{g.bandwidth_gbs:g}" if g.bandwidth_gbs else "?")
+                 for g in m.gpus]),
+        "torch": ("torch builds", ("torch", "variant", "python", "archs", "cxx11abi", "confidence"),
+                  [(str(b.version), b.variant + (" (PyPI)" if b.pypi else ""), str(b.python),
+                    (" ".join(b.archs) + (f" +PTX{b.ptx}" if b.ptx else "")) if b.archs_known else "not stated",
+                    str(b.cxx11abi), b.confidence) for b in m.torch]),
+        "rocm": ("ROCm", ("rocm", "image"), [(str(r.version), r.devel_image or "none known") for r in m.rocm]),
+        "dtk": ("Hygon DTK", ("dtk", "rocm base", "torch builds", "image (public example)"),
+                [(dtk_text(d.version), d.rocm, dtk_builds(d.version), d.image_hint) for d in m.dtk]),
+        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel name", "wheels built (torch+cu)", "archs", "rocm", "csrc kernels"),
+                       [(str(f.version), str(f.python), str(f.torch), str(f.nvcc),
+                         "none" if f.wheel_format is None else f"cu{'XY' if f.wheel_format == 'major_minor' else 'X'}"
+                         + "".join(f" {r.cuda_major or ''}{'torch' + r.torch if r.torch else ''}->{r.to}" for r in f.wheel_remap),
+                         {"workflow": " ".join(sorted({f"{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda t: Version(t.split("+")[0]))),
+                          "none": "-", "unknown": "unknown (no workflow snapshot)"}[f.wheel_set],
+                         " ".join(f"{a}({spec})" for a, spec in f.archs),
+                         " ".join(f.rocm_archs) + (f" ROCm{f.rocm}" if f.rocm else ""),
+                         ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)")) for f in m.flash_attn]),
+        "vllm": ("vLLM", ("version", "torch", "python", "PyPI wheel CUDA", "CUDA archs", "other builds", "ROCm GPUs"),
+                 [(str(v.version), str(v.torch), str(v.python), str(v.wheel_cuda or (f"{v.wheel_cuda_major}.x" if v.wheel_cuda_major else "?")),
+                   " ".join(map(str, v.cuda_archs)) + (f" +PTX{v.cuda_ptx}" if v.cuda_ptx else "") if v.cuda_archs else "not stated",
+                   " ".join(f"cu{x.toolkit}" for x in v.variants) + "".join(f" rocm{x.toolkit}" for x in v.rocm_wheels),
+                   " ".join(v.rocm_archs)) for v in m.vllm]),
+        "python": ("CPython", ("python", "tarball"), [(str(p.version), p.tarball) for p in m.python]),
+        "os": ("base image OS", ("os", "family", "python", "cpu image"), [(o.name, o.family, str(o.python), o.cpu_image or "") for o in m.os]),
+    }
+
+
+def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = None) -> None:
+    from envkit.errors import InputError
+
+    c = console or _console()
+    tables = _matrix_tables(m)
+    if table is not None and table not in tables:
+        raise InputError(f"unknown table {table!r}", f"use one of {', '.join(tables)}")
+    for name, (title, columns, rows) in tables.items():
+        if table in (None, name):
+            t = Table(title=title)
+            for col in columns:
+                t.add_column(col, overflow="fold")
+            for row in rows:
+                t.add_row(*row)
+            c.print(t)
+
+
+def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
+    """The build plan as a reviewer reads it: stages, each step with why it is there and what it reaches."""
+    c = console or _console()
+    c.print(f"[bold]envkit generate[/bold]: {plan.stack}")
+    mode = "offline (build context only)" if plan.options.offline else (f"site {plan.site.path}" if plan.site.given else "internet")
+    c.print(f"network: {mode}; python: {plan.python_source}")
+    net_style = {"none": "green", "site": "cyan", "internet": "yellow"}
+    for stage in plan.stages:
+        t = Table(title=f"stage {stage.name}: FROM {stage.image}", title_justify="left", show_header=True, header_style="bold")
+        t.add_column("#", justify="right")
+        t.add_column("step", overflow="fold")
+        t.add_column("why", overflow="fold")
+        t.add_column("network")
+        for i, st in enumerate(stage.steps, 1):
+            net = st.network + (f"\n{' '.join(st.reaches)}" if st.reaches else "")
+            t.add_row(str(i), st.title, st.why, f"[{net_style.get(st.network, '')}]{net}[/]")
+        c.print(t)
+    if plan.carried:
+        t = Table(title="the build context must hold", title_justify="left", header_style="bold")
+        t.add_column("path", no_wrap=True)
+        t.add_column("what", overflow="fold")
+        t.add_column("from", overflow="fold")
+        for item in plan.carried:
+            t.add_row(item.path, item.what, item.origin)
+        c.print(t)
+    if plan.build_args:
+        c.print("build args (never written into a layer): " + " ".join(f"--build-arg {k}=..." for k, _ in plan.build_args))
+    for w in plan.warnings:
+        c.print(f"  [yellow]warning[/yellow]: {w}")
+    if out:
+        c.print(f"wrote {len(files)} files to {out}/: {', '.join(files)}")
+    else:
+        c.print(f"dry run: would write {', '.join(files)}")
+
+
+def bundle_progress(console: Optional[Console] = None):
+    """(say, progress_factory) for long downloads: a line per event, a bar per file."""
+    import contextlib
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    c = console or _console(stderr=True)
+
+    def say(msg: str) -> None:
+        c.print(f"[dim]bundle:[/dim] {msg}")
+
+    @contextlib.contextmanager
+    def factory(name: str):
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      console=c, transient=True) as p:
+            task = p.add_task(name, total=None)
+
+            def tick(done: int, total: Optional[int]) -> None:
+                p.update(task, completed=done, total=total)
+
+            yield tick
+
+    return say, factory
+
+
+def print_bundle(report, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    if report.complete_already:
+        c.print(f"bundle {report.out}/ is complete: {report.files} files, {report.bytes / 2**20:.0f} MiB verified; nothing downloaded")
+        return
+    c.print(f"bundle {report.out}/: {report.files} files, {report.bytes / 2**20:.0f} MiB; "
+            f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256")
+
+
+def build_console(stderr: bool = False) -> Console:
+    return _console(stderr=stderr)
+
+
+def print_preflight(checks, console: Console) -> None:
+    t = Table(title="preflight", title_justify="left", header_style="bold")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("detail", overflow="fold")
+    for ch in checks:
+        t.add_row(ch.name, "[green]ok[/green]" if ch.ok else "[bold red]FAIL[/bold red]",
+                  ch.detail + (f"\nfix: {ch.fix}" if ch.fix else ""))
+    console.print(t)
+
+
+def build_line(console: Console, line: str) -> None:
+    import re as _re
+
+
+    if len(line) > 200:
+        line = line[:200] + " ..."
+    if _re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, _re.I):
+        console.print(f"[bold]{escape(line)}[/bold]")
+    elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:
+        console.print(escape(line), highlight=False)
+
+
+def print_build(result, offline: bool, console: Console) -> None:
+    t = Table(title="envkit build", title_justify="left", header_style="bold")
+    t.add_column("")
+    t.add_column("", overflow="fold")
+    t.add_row("image", f"{result.tag}  ({result.image_id})")
+    t.add_row("size", f"{result.size / 2**20:.0f} MiB")
+    t.add_row("network", "none (offline)" if offline else "site mirrors")
+    t.add_row("time", f"{result.seconds:.1f} s, {result.steps} steps")
+    for name, secs in result.stages:
+        t.add_row(f"  stage {name}", f"{secs:.1f} s")
+    console.print(t)
+
+
+def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=f"envkit selftest{' in ' + image if image else ''}", title_justify="left", header_style="bold")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("detail", overflow="fold")
+    for ch in doc["checks"]:
+        t.add_row(ch["name"], "[green]ok[/green]" if ch["ok"] else "[bold red]FAIL[/bold red]", ch["detail"])
+    d = doc.get("decode")
+    if d:
+        t.add_row("tokens/s", f"{d['tokens_per_s']}", f"{d['model']}, batch 1, {d['new_tokens']} new tokens")
+        t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
+    c.print(t)
+    if doc.get("models"):
+        m = Table(title="batch-1 decode", title_justify="left", header_style="bold")
+        for col in ("model", "engine", "weights GB", "tokens/s", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
+            m.add_column(col, justify="left" if col in ("model", "engine") else "right")
+        for r in doc["models"]:
+            roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
+            m.add_row(r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), str(r.get("chars_per_s", "-")),
+                      str(r["ttft_ms"]), str(r["tpot_ms"]), roof)
+        c.print(m)
+    if doc.get("lambada"):
+        la = Table(title="LAMBADA last-word accuracy", title_justify="left", header_style="bold")
+        for col in ("model", "engine", "examples", "accuracy", "seconds"):
+            la.add_column(col, justify="left" if col in ("model", "engine") else "right")
+        for r in doc["lambada"]:
+            la.add_row(r["model"], r["engine"], str(r["examples"]), f"{r['accuracy']:.1%}", str(r["seconds"]))
+        c.print(la)
+
+
+def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in host.gpus) or host.dcu_name or "none"
+    c.print(f"[bold]envkit doctor[/bold]{' for image ' + image if image else ''}: GPUs {gpus}; driver {host.driver or '-'}"
+            f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}; torch {host.torch or '-'}"
+            + (f" (CUDA {host.torch_cuda})" if host.torch_cuda else "")
+            + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else ""))
+    style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    for sev in ("error", "warning", "info"):
+        group = [f for f in findings if f.severity == sev]
+        if not group:
+            continue
+        t = Table(title=f"{sev}s ({len(group)})", title_justify="left", header_style="bold", title_style=style[sev])
+        t.add_column("rule")
+        t.add_column("seen / why", overflow="fold")
+        t.add_column("fix", overflow="fold")
+        for f in group:
+            t.add_row(f.rule, f"{f.seen}\n[dim]{f.why}[/dim]", f"{f.fix}\n[dim]{f.source}[/dim]")
+        c.print(t)
+    if not any(f.severity in ("error", "warning") for f in findings):
+        c.print("[green]healthy[/green]: no errors or warnings")
+
+
+def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=f"envkit inspect {image}", title_justify="left", header_style="bold")
+    t.add_column("component")
+    t.add_column("in the image", overflow="fold")
+    t.add_row("stack", labels.get("org.opencontainers.image.description", ""))
+    t.add_row("platform", sol.get("platform", ""))
+    if sol.get("gpu"):
+        t.add_row("target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
+    if sol.get("toolkit"):
+        t.add_row("toolkit", f"{sol['toolkit']['kind']} {sol['toolkit']['version']}")
+    t.add_row("python", sol.get("python", ""))
+    t.add_row("torch", f"{sol['torch']['pin']} (cxx11abi={sol['torch']['cxx11abi']})")
+    if sol.get("flash_attn"):
+        t.add_row("flash-attn", f"{sol['flash_attn']['version']} ({sol['flash_attn']['build']})")
+    for k in sol.get("kernels", []):
+        t.add_row(f"kernel {k['name']}", f"{k['module']} for {';'.join(k['arch_list'])}")
+    if sol.get("vllm"):
+        t.add_row("vllm", sol["vllm"]["version"])
+    t.add_row("lock sha256", labels.get("io.envkit.lock.sha256", ""))
+    c.print(t)
+
+
+def sweep_progress(to_stderr: bool):
+    """A progress bar per concurrency level of the serving sweep."""
+    import contextlib
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    @contextlib.contextmanager
+    def ctx():
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=_console(stderr=True),
+                      transient=True) as p:
+            tasks: dict = {}
+
+            def tick(c: int, done: int, total: int) -> None:
+                if c not in tasks:
+                    tasks[c] = p.add_task(f"concurrency {c}", total=total)
+                p.update(tasks[c], completed=done)
+
+            yield tick
+
+    return ctx()
+
+
+def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
+    t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)",
+              title_justify="left", header_style="bold", pad_edge=False)
+    def ms(v) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [[str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
+             f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", ms(lv["mean_ttft_ms"]), ms(lv["p99_ttft_ms"]),
+             ms(lv["mean_tpot_ms"]), ms(lv["p99_tpot_ms"])] for lv in doc["levels"]]
+    for i, col in enumerate(("batch", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "P99 TTFT", "TPOT ms", "P99 TPOT")):
+        t.add_column(col, justify="right", min_width=max(len(r[i]) for r in rows))  # headers wrap, figures never do
+    failures = any(lv["failed"] for lv in doc["levels"])
+    if failures:
+        t.add_column("note", overflow="fold")
+    for row, lv in zip(rows, doc["levels"]):
+        t.add_row(*row, *([_level_note(lv)] if failures else []))
+    c.print(t)
+
+
+def _level_note(lv: dict) -> str:
+    if lv.get("out_of_memory"):
+        return "[red]out of memory[/]"
+    return f"[red]{lv['errors'][0][:60]}[/]" if lv["failed"] else ""

@@ -1,0 +1,103 @@
+"""The house's layers, read from the imports: each package imports only the layers below it, and the
+code copied into images (envkit/inimage) imports only the standard library (torch, transformers and
+vLLM only inside functions, where the image has them)."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "envkit"
+
+# What each layer may import from envkit (besides itself). The order is the house, ground floor first.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "data": set(),
+    "inimage": set(),
+    "model": {"errors", "data", "inimage"},
+    "core": {"errors", "data", "inimage", "model"},
+    "config": {"errors", "data", "inimage", "model", "core"},
+    "adapters": {"errors", "data", "inimage", "model", "core", "config"},
+    "matrixgen": {"errors", "data", "model", "config", "adapters"},
+    "app": {"errors", "data", "inimage", "model", "core", "config", "adapters", "matrixgen"},
+    "ui": {"errors", "data", "inimage", "model", "core", "app"},
+    "cli": {"errors", "data", "inimage", "model", "config", "app", "ui"},
+}
+THIRD_PARTY_ANYWHERE = {"packaging"}
+IN_IMAGE_LAZY = {"torch", "transformers", "vllm", "flash_attn", "rotary_emb", "dropout_layer_norm"}
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, absolute module, imported at module level) for every import in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(("envkit",) + path.relative_to(PKG).parent.parts)
+    top = {id(n) for n in tree.body} | {id(b) for n in tree.body if isinstance(n, ast.Try) for b in n.body + [x for h in n.handlers for x in h.body]}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod, id(node) in top))
+    return out
+
+
+SOURCES = sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_module_belongs_to_a_layer():
+    assert {_layer(p) for p in SOURCES} - {"__init__", "__main__"} <= set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_point_down(path: Path):
+    layer = _layer(path)
+    if layer in ("__init__", "__main__"):
+        return
+    wrong = []
+    for line, mod, _top in _imports(path):
+        if mod == "envkit" or mod.startswith("envkit."):
+            parts = mod.split(".")
+            target = parts[1] if len(parts) > 1 else "__init__"
+            if target == "__init__" or target == layer:
+                continue
+            if target not in ALLOWED[layer]:
+                wrong.append(f"{path.relative_to(PKG)}:{line} ({layer}) imports {mod} ({target})")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "inimage").glob("*.py")), ids=lambda p: p.name)
+def test_inimage_code_needs_only_the_standard_library(path: Path):
+    stdlib = set(sys.stdlib_module_names)
+    wrong = []
+    for line, mod, top in _imports(path):
+        root = mod.split(".")[0]
+        if root in stdlib or root == "__future__":
+            continue
+        if root in IN_IMAGE_LAZY and not top:
+            continue
+        wrong.append(f"{path.name}:{line} imports {mod}" + (" at module level" if root in IN_IMAGE_LAZY else ""))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_test_sees_a_wrong_import(tmp_path: Path):
+    """The test above would catch a model module that reached up into the app layer."""
+    bad = PKG / "model" / "_probe_for_layer_test.py"
+    try:
+        bad.write_text("from envkit.app import generate\n")
+        layer = _layer(bad)
+        targets = {m.split(".")[1] for _l, m, _t in _imports(bad) if m.startswith("envkit.")}
+        assert layer == "model" and targets == {"app"} and not targets <= ALLOWED[layer]
+    finally:
+        bad.unlink()

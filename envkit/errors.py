@@ -10,6 +10,10 @@ Exit codes (documented in the README):
 """
 from __future__ import annotations
 
+EXIT_OK = 0
+EXIT_NO_SOLUTION = 1  # also: doctor found problems, a self-test or sweep failed
+EXIT_EXTERNAL = 4
+
 
 class EnvkitError(Exception):
     exit_code: int = 1

@@ -112,9 +112,10 @@ def test_selftest_report_dir_that_cannot_be_written_exit_2(tmp_path) -> None:
 
 
 def test_selftest_passes_only_what_was_asked_into_an_image() -> None:
-    from envkit.cli.main import _selftest_args
+    from envkit.app.selftest import SelftestRequest, script_args
 
-    assert _selftest_args(True, [], [], [], False, None, None, None, None) == ["--json", "--quick"]   # what any envkit image knows
-    assert _selftest_args(False, ["qwen-7b"], ["/envkit-model"], ["hf", "vllm"], True, 64, 16, "/l.jsonl", 4800.0) == [
+    assert script_args(SelftestRequest(quick=True), None, None) == ["--json", "--quick"]   # what any envkit image knows
+    asked = SelftestRequest(shapes=("qwen-7b",), engines=("hf", "vllm"), parity=True, input_len=64, output_len=16, peak_gbs=4800.0)
+    assert script_args(asked, "/envkit-model", "/l.jsonl") == [
         "--json", "--parity", "--shape", "qwen-7b", "--model", "/envkit-model", "--engine", "hf", "--engine", "vllm",
         "--input-len", "64", "--output-len", "16", "--lambada", "/l.jsonl", "--peak-gbs", "4800.0"]

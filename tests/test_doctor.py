@@ -18,12 +18,16 @@ else:  # pragma: no cover
 from envkit.config import matrix_file as mx
 from envkit.inimage import probe
 from envkit.core.judge_for import for_findings
-from envkit.app.doctor import parse_for
+from envkit.model.flags import parse_flag_string
 from envkit.errors import InputError
 from envkit.model.host import GpuFact, Host
 from envkit.core.judge import healthy, judge
 
 ROOT = Path(__file__).resolve().parent
+
+
+def _for(text: str) -> dict:
+    return parse_flag_string(text).to_dict()
 FIX = ROOT / "fixtures" / "doctor"
 M = mx.load()
 
@@ -97,20 +101,20 @@ def test_no_gpu_at_all_is_information_not_a_failure():
 
 def test_for_explains_why_a_stack_cannot_work_here():
     h = Host(driver="470.82.01", cuda_driver="11.4", gpus=(GpuFact("Tesla V100-SXM2-32GB", "7.0"),))
-    findings = for_findings(M, h, parse_for("--flash-attn 2"))
+    findings = for_findings(M, h, _for("--flash-attn 2"))
     assert [f.rule for f in findings] == ["flash-attn.gpu-arch"] and findings[0].severity == "error"
 
 
 def test_for_says_when_a_stack_works_and_warns_about_the_hosts_nvcc():
     h = Host(driver="580.159.04", gpus=(GpuFact("NVIDIA H200", "9.0"),), nvcc="13.0")
-    rules = [f.rule for f in for_findings(M, h, parse_for("--torch 2.4 --flash-attn 2.6 --kernels rotary"))]
+    rules = [f.rule for f in for_findings(M, h, _for("--torch 2.4 --flash-attn 2.6 --kernels rotary"))]
     assert rules == ["kernels.nvcc-torch-cuda", "for.works"]
 
 
 @pytest.mark.parametrize("text", ["--torch", "--gpu H100 --frobnicate 3", "--torch '2.4"])
 def test_bad_for_strings_are_input_errors(text):
     with pytest.raises(InputError):
-        parse_for(text)
+        _for(text)
 
 
 # ---------------------------------------------------------------- parsers on recorded outputs

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from envkit.app.generate import generate
+from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +43,7 @@ CASES = {
 
 def _generate(name: str):
     flags, site, offline = CASES[name]
-    return generate(flags, mirror=site, opts=Options(offline=offline))
+    return generate(ResolveFlags.from_mapping(flags), mirror=site, opts=Options(offline=offline))
 
 
 @pytest.fixture(autouse=True)

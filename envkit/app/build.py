@@ -4,21 +4,68 @@ summary, and a diagnosis of known failures. Nothing is tagged unless the whole b
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
-from envkit.errors import ExternalError, InputError
-from envkit.adapters.image_build import _engine_resources
-from envkit.core.preflight import Facts, GB
+from envkit.config.lockfile import LOCK_NAME
+from envkit.adapters.image_build import _engine_resources, load_images, stream_build
+from envkit.app.bundle import make_bundle
+from envkit.app.generate import generate
+from envkit.app.reporter import Reporter, Silent
+from envkit.config import project_file
+from envkit.core.preflight import GB, Facts, judge
+from envkit.errors import ExternalError, InputError, PreflightError
+from envkit.model.flags import ResolveFlags
+from envkit.model.plan import Options
+from envkit.model.project import Project, Target
+from envkit.model.solution import SolutionRecord, Unsolved
+
+NETWORKS = ("bridge", "host")
+_IMAGE_REF = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
 
 
-# ---------------------------------------------------------------- facts and the pure judge
+@dataclass(frozen=True)
+class BuildRequest:
+    """One image: offline from a bundle, or against the site's mirrors (resolve flags or a lock)."""
+    flags: ResolveFlags = ResolveFlags()
+    offline: bool = False
+    bundle_dir: Optional[str] = None
+    lock: Optional[str] = None
+    mirror: Optional[str] = None
+    out: str = "envkit-build"
+    tag: Optional[str] = None
+    network: str = "bridge"
+    no_cache: bool = False
+    dry_run: bool = False
+    matrix_path: Optional[str] = None
 
 
-# ---------------------------------------------------------------- diagnosis of a failed build log
+@dataclass(frozen=True)
+class Built:
+    image: str
+    image_id: str
+    size: int
+    seconds: float
+    network: str
+    offline: bool
+    steps: int
+    stages: tuple[tuple[str, float], ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "ok": True, "image": self.image, "id": self.image_id, "size": self.size,
+                "seconds": round(self.seconds, 1), "network": self.network,
+                "stages": [{"name": n, "seconds": round(s, 1)} for n, s in self.stages]}
 
 
-# ---------------------------------------------------------------- collecting facts (adapter)
+@dataclass(frozen=True)
+class DryRun:
+    """The preflight passed; nothing was built."""
+    context: str
+
+
+Outcome = Union[Built, DryRun, Unsolved]
 
 
 def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object], dict]:
@@ -55,3 +102,89 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object], d
     return facts, engine, plan
 
 
+
+
+def check_options(network: str, tag: Optional[str]) -> None:
+    if network not in NETWORKS:
+        raise InputError(f"--network {network!r} is not bridge or host", "use --network bridge (default) or host")
+    if tag is not None and not _IMAGE_REF.fullmatch(tag):
+        raise InputError(f"--tag {tag!r} is not an image reference", "write name:tag in lower case, e.g. envkit/cpu:demo")
+
+
+def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
+    check_options(req.network, req.tag)
+    if req.offline:
+        if not req.bundle_dir:
+            raise InputError("--offline builds a bundle: --bundle DIR is missing", "pass --bundle DIR (made by envkit bundle)")
+        if req.flags.any() or req.lock or req.mirror:
+            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock and --mirror do not apply",
+                             "drop them, or make a new bundle")
+        context = Path(req.bundle_dir)
+        if not context.is_dir():
+            raise InputError(f"bundle directory {req.bundle_dir} does not exist", "pass the directory written by envkit bundle")
+    else:
+        if req.bundle_dir:
+            raise InputError("--bundle is for offline builds", "add --offline, or drop --bundle to build against --mirror")
+        if not req.mirror:
+            raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
+        g = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(), out=req.out)
+        if isinstance(g, Unsolved):
+            return g
+        context = Path(req.out)
+    return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
+                         dry_run=req.dry_run, reporter=reporter)
+
+
+def load_project(project: Optional[str], target: Optional[str], all_targets: bool, req: BuildRequest) -> Project:
+    """A project build's options, checked: the targets carry their own resolve flags and modes."""
+    if not project:
+        raise InputError("--target and --all build targets of a project file: --project is missing", "pass --project envkit.toml")
+    if req.flags.any() or req.lock or req.mirror or req.offline or req.bundle_dir:
+        raise InputError("--project targets carry their own flags; resolve flags, --lock, --mirror, --offline and --bundle do not apply",
+                         "put them in the target in the project file")
+    proj = project_file.load(project)
+    if all_targets == bool(target):
+        raise InputError("give exactly one of --target NAME and --all", f"targets: {', '.join(t.name for t in proj.targets)}")
+    return proj
+
+
+def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
+                 reporter: Reporter = Silent()) -> Outcome:
+    check_options(network, None)
+    flags = ResolveFlags.from_mapping(t.flag_dict())
+    if t.offline:
+        bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter)
+        if isinstance(bundled, Unsolved):
+            return bundled
+        context = Path(f"envkit-bundles/{t.name}")
+    else:
+        g = generate(flags, matrix_path=matrix_path, mirror=t.mirror, opts=Options(), out=f"envkit-build/{t.name}")
+        if isinstance(g, Unsolved):
+            return g
+        context = Path(f"envkit-build/{t.name}")
+    return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
+                         reporter=reporter)
+
+
+def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
+                  reporter: Reporter = Silent()) -> Union[Built, DryRun]:
+    """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
+    facts, engine, plan_doc = collect(context, offline=offline)
+    checks = judge(facts)
+    reporter.preflight(checks)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise PreflightError(f"preflight refused the build: {'; '.join(c.name + ': ' + c.detail for c in failed)}",
+                             failed[0].fix)
+    if dry_run:
+        return DryRun(str(context))
+    assert engine is not None  # the preflight refuses a build without an engine
+    record = SolutionRecord.from_json(json.loads((context / LOCK_NAME).read_text())["solution"])
+    ref = tag or record.default_tag()
+    load_images(engine, context, reporter.say)
+    buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
+    network_used = "none" if offline else network
+    result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache)
+    engine.tag(result.image_id, ref)
+    return Built(image=ref, image_id=result.image_id or "", size=engine.size(ref), seconds=result.seconds, network=network_used,
+                 offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages))

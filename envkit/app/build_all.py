@@ -1,109 +1,118 @@
-"""`envkit build --all`: every target of a project, each in its own `envkit build --target` process,
-at most N at once, with a live table of their progress and a summary."""
+"""`envkit build --all`: every target of a project, at most N at once, each a call of build_target in a
+worker thread with its own log file; a board (passed in) shows where each one is."""
 from __future__ import annotations
 
-import json
+import contextlib
 import re
-import subprocess
-import sys
-import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, ContextManager, Iterator, Optional, Protocol, Sequence
 
+from envkit.app.build import Built, build_target
+from envkit.app.reporter import Tick
+from envkit.core.preflight import Check
+from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION, EnvkitError
 from envkit.model.project import Project, Target
+from envkit.model.solution import Unsolved
 
 LOG_DIR = Path("envkit-build") / "logs"
+_STEP = re.compile(r"(?:\[\d+/\d+\] )?Step (\d+/\d+)", re.I)
+_NVCC = re.compile(r"compiled (\d+/\d+)")
 
 
-class _Board:
-    def __init__(self, targets: tuple[Target, ...]) -> None:
-        self.lock = threading.Lock()
-        self.rows = {t.name: {"state": "waiting", "step": "", "start": None, "seconds": 0.0} for t in targets}
-
-    def update(self, name: str, **kw) -> None:
-        with self.lock:
-            self.rows[name].update(kw)
-
-    def table(self):
-        from rich.table import Table
-
-        t = Table(title="envkit build --all", title_justify="left", header_style="bold")
-        for col in ("target", "state", "progress", "time"):
-            t.add_column(col, overflow="fold")
-        with self.lock:
-            for name, r in self.rows.items():
-                secs = (time.monotonic() - r["start"]) if r["state"] == "building" and r["start"] else r["seconds"]
-                style = {"done": "green", "failed": "bold red", "building": "cyan"}.get(r["state"], "")
-                t.add_row(name, f"[{style}]{r['state']}[/]" if style else r["state"], r["step"], f"{secs:.0f} s" if secs else "")
-        return t
+class Board(Protocol):
+    def update(self, target: str, *, state: Optional[str] = None, step: Optional[str] = None,
+               seconds: Optional[float] = None) -> None:
+        """state: waiting | building | done | failed; step: what it does now (or why it failed)."""
 
 
-def _run_one(project: Project, t: Target, network: str, no_cache: bool, board: _Board, dry_run: bool = False,
-             matrix_path: str | None = None) -> dict:
+@dataclass(frozen=True)
+class TargetOutcome:
+    name: str
+    ok: bool
+    exit: int
+    image: str
+    seconds: float
+    log: str
+    size: Optional[int]
+    error: Optional[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "exit": self.exit, "image": self.image, "seconds": round(self.seconds, 1),
+                "log": self.log, "size": self.size, "error": self.error}
+
+
+class _TargetLog:
+    """A Reporter for one target: every line into its log file, the current step onto the board."""
+
+    def __init__(self, name: str, log: IO[str], board: Board) -> None:
+        self.name, self.log, self.board = name, log, board
+
+    def _write(self, line: str) -> None:
+        self.log.write(line.rstrip("\n") + "\n")
+        self.log.flush()
+
+    def say(self, message: str) -> None:
+        self._write(message)
+        self.board.update(self.name, step="bundling" if "bundle" in message or "fetched" in message else message[:60])
+
+    @contextlib.contextmanager
+    def _transfer(self, name: str) -> Iterator[Tick]:
+        self.board.update(self.name, step=f"fetching {name}"[:60])
+        yield lambda done, total: None
+
+    def transfer(self, name: str) -> ContextManager[Tick]:
+        return self._transfer(name)
+
+    def build_line(self, line: str) -> None:
+        self._write(line)
+        m = _STEP.search(line) or _NVCC.search(line)
+        if m:
+            self.board.update(self.name, step=("step " if "tep" in m.group(0) else "nvcc ") + m.group(1))
+
+    def preflight(self, checks: Sequence[Check]) -> None:
+        for c in checks:
+            self._write(f"preflight {c.name}: {'ok' if c.ok else 'FAIL'} {c.detail}")
+
+    def requests_done(self, concurrency: int, done: int, total: int) -> None:
+        pass
+
+
+def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str], board: Board) -> TargetOutcome:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{t.name}.log"
-    cmd = [sys.executable, "-m", "envkit", "build", "--project", project.path, "--target", t.name, "--network", network, "--json"]
-    if no_cache:
-        cmd.append("--no-cache")
-    if dry_run:
-        cmd.append("--dry-run")
-    if matrix_path:
-        cmd += ["--matrix", matrix_path]
-    board.update(t.name, state="building", start=time.monotonic(), step="starting")
+    board.update(t.name, state="building", step="starting")
     start = time.monotonic()
+    size: Optional[int] = None
+    code, error = 0, None
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-        out_chunks: list[str] = []
-        reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read() if proc.stdout else ""), daemon=True)
-        reader.start()
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            log.write(line)
-            m = re.search(r"(?:\[\d+/\d+\] )?Step (\d+/\d+)", line, re.I) or re.search(r"compiled (\d+/\d+)", line)
-            if m:
-                board.update(t.name, step=("step " if "tep" in m.group(0) else "nvcc ") + m.group(1))
-            elif line.startswith("bundle:"):
-                board.update(t.name, step="bundling")
-        rc = proc.wait()
-        reader.join()
+        try:
+            outcome = build_target(t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
+                                   reporter=_TargetLog(t.name, log, board))
+            if isinstance(outcome, Unsolved):
+                first = outcome.result.conflicts[0] if outcome.result.conflicts else None
+                code, error = EXIT_NO_SOLUTION, f"no solution: {first.message if first else 'see envkit resolve'}"
+            elif isinstance(outcome, Built):
+                size = outcome.size
+        except EnvkitError as exc:
+            code, error = exc.exit_code, f"envkit: error: {exc.one_line()}"
+        except Exception as exc:  # one target's crash must not take the others down: its log keeps the traceback
+            log.write(traceback.format_exc())
+            code, error = EXIT_EXTERNAL, f"envkit: error: {type(exc).__name__}: {exc}"
+        if error:
+            log.write(error + "\n")
     seconds = time.monotonic() - start
-    out = "".join(out_chunks)
-    doc = None
-    try:
-        doc = json.loads(out[out.find("{"):]) if "{" in out else None
-    except ValueError:
-        doc = None
-    ok = rc == 0 and (dry_run or bool(doc and doc.get("ok")))
-    last = ""
-    if not ok:
-        tail = [l.strip() for l in log_path.read_text().splitlines() if l.strip()]
-        last = next((l for l in reversed(tail) if l.startswith("envkit: error:")), tail[-1] if tail else f"exit {rc}")
-    board.update(t.name, state="done" if ok else "failed", seconds=seconds, step="" if ok else last[:120])
-    return {"name": t.name, "ok": ok, "exit": rc, "image": t.image, "seconds": round(seconds, 1), "log": str(log_path),
-            "size": (doc or {}).get("size"), "error": last or None}
+    board.update(t.name, state="failed" if error else "done", seconds=seconds, step=(error or "")[:120])
+    return TargetOutcome(t.name, error is None, code, t.image, seconds, str(log_path), size, error)
 
 
-def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, console_json: bool, dry_run: bool = False,
-              matrix_path: str | None = None) -> list[dict]:
-    from rich.console import Console
-    from rich.live import Live
-
-    console = Console(stderr=console_json)
-    board = _Board(project.targets)
-    with Live(board.table(), console=console, refresh_per_second=2, transient=False) as live:
-        stop = threading.Event()
-
-        def refresh() -> None:
-            while not stop.wait(0.5):
-                live.update(board.table())
-
-        ticker = threading.Thread(target=refresh, daemon=True)
-        ticker.start()
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(lambda t: _run_one(project, t, network, no_cache, board, dry_run, matrix_path), project.targets))
-        stop.set()
-        live.update(board.table())
-    ok = sum(r["ok"] for r in results)
-    console.print(f"{ok}/{len(results)} targets built; logs in {LOG_DIR}/")
-    return results
+def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, board: Board, dry_run: bool = False,
+              matrix_path: Optional[str] = None) -> list[TargetOutcome]:
+    for t in project.targets:
+        board.update(t.name, state="waiting")
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda t: _one(t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
+                                            board=board), project.targets))

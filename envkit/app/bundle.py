@@ -11,7 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from envkit.errors import ExternalError, InputError
 from envkit.adapters.fetch import download
@@ -19,6 +19,12 @@ from envkit.model.matrix import OsRelease
 from envkit.model.plan import PYTHON_FTP, BuildPlan
 from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
 from envkit.core.wheels import find_in_simple_index, pip_download_args
+from envkit.adapters.context_dir import write_tree
+from envkit.app.generate import Generated, generate
+from envkit.app.reporter import Reporter, Silent
+from envkit.model.flags import ResolveFlags
+from envkit.model.plan import Options
+from envkit.model.solution import Unsolved
 
 Say = Callable[[str], None]
 
@@ -154,18 +160,27 @@ def save_images(engine, plan: BuildPlan, out: Path, report: BundleReport, say: S
     return images
 
 
-def make_bundle(flags: dict, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
-                mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
-                say: Say = print, progress_factory=None):
-    """Returns (Generated, BundleReport or None when there is no solution)."""
-    from envkit.adapters.engine import Engine
-    from envkit.app.generate import generate
-    from envkit.adapters.context_dir import write_tree
-    from envkit.model.plan import Options
+@dataclass(frozen=True)
+class Bundled:
+    generated: Generated
+    report: BundleReport
+    out: str
 
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {"schema": 1, "ok": True, "out": self.out, "complete_already": r.complete_already, "files": r.files,
+                "bytes": r.bytes, "downloaded": r.downloaded, "reused": r.reused}
+
+
+def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
+                mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
+                reporter: Reporter = Silent()) -> Union[Bundled, Unsolved]:
+    from envkit.adapters.engine import Engine
+
+    say, progress_factory = reporter.say, reporter.transfer
     g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
-    if g.plan is None:
-        return g, None
+    if isinstance(g, Unsolved):
+        return g
     root = Path(out)
     report = BundleReport(root)
     if (root / MANIFEST).is_file() and (root / "envkit.plan.json").is_file() \
@@ -181,7 +196,7 @@ def make_bundle(flags: dict, *, out: str, matrix_path: Optional[str] = None, loc
         report.complete_already = True
         doc = json.loads((root / MANIFEST).read_text())
         report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
-        return g, report
+        return Bundled(g, report, out)
     for item in g.plan.carried:
         if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links:
             raise InputError(f"{item.path} ({item.what}) is on no public index",
@@ -194,4 +209,4 @@ def make_bundle(flags: dict, *, out: str, matrix_path: Optional[str] = None, loc
     images = save_images(engine, g.plan, root, report, say, progress_factory)
     doc = write_manifest(root, images)
     report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
-    return g, report
+    return Bundled(g, report, out)

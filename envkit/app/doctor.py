@@ -3,10 +3,8 @@ container), then judge them; `--for` asks whether a planned stack would work on 
 from __future__ import annotations
 
 import json
-import shlex
-from dataclasses import replace
-from pathlib import Path
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
 from envkit import data
 from envkit.errors import ExternalError, InputError
@@ -14,32 +12,11 @@ from envkit.model.host import Finding, Host
 from envkit.core.judge import judge
 from envkit.model.matrix import Matrix
 from envkit.core.judge_for import for_findings
-
-FOR_FLAGS = {"--gpu": "gpu", "--driver": "driver", "--platform": "platform", "--cuda": "cuda", "--rocm": "rocm", "--dtk": "dtk",
-             "--python": "python", "--torch": "torch", "--flash-attn": "flash_attn", "--vllm": "vllm", "--kernels": "kernels"}
-
-
-def parse_for(text: str) -> dict[str, str]:
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise InputError(f"--for {text!r}: {exc}", "quote it as one string: --for \"--torch 2.4 --flash-attn 2.6\"") from None
-    flags: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        w = words[i]
-        key, _, value = w.partition("=")
-        if key not in FOR_FLAGS:
-            raise InputError(f"--for: unknown resolve flag {key!r}", f"use resolve flags: {', '.join(FOR_FLAGS)}")
-        if not value:
-            if i + 1 >= len(words):
-                raise InputError(f"--for: {key} needs a value", f"write {key} VALUE")
-            value = words[i + 1]
-            i += 1
-        flags[FOR_FLAGS[key]] = value
-        i += 1
-    return flags
-
+from envkit.core.judge import healthy
+from envkit.config import matrix_file
+from envkit.config.userfile import read_text
+from envkit.inimage import probe
+from envkit.model.flags import parse_flag_string
 
 def probe_image(image: str, deep: bool) -> dict:
     """Run the probe inside an image (its own Python; GPUs passed through when the engine can)."""
@@ -73,3 +50,53 @@ def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optiona
     if flags:
         findings += for_findings(m, host, flags)
     return host, findings
+
+
+@dataclass(frozen=True)
+class DoctorOutcome:
+    host: Host
+    findings: tuple[Finding, ...]
+    facts: dict[str, Any]
+    image_facts: Optional[dict[str, Any]]
+    image: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        return healthy(list(self.findings))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "ok": self.ok, "findings": [f.to_dict() for f in self.findings], "facts": self.facts,
+                "image_facts": self.image_facts}
+
+
+_FACTS_FIX = "give a JSON file written by envkit doctor --json"
+
+
+def read_facts(path: str) -> dict[str, Any]:
+    """A recorded facts file: doctor --json's whole document, or its `facts`."""
+    try:
+        record = json.loads(read_text(path, "facts file", _FACTS_FIX))
+    except ValueError as exc:
+        raise InputError(f"cannot read facts file {path}: not JSON ({exc})", _FACTS_FIX) from None
+    if not isinstance(record, dict):
+        raise InputError(f"cannot read facts file {path}: not a JSON object", _FACTS_FIX)
+    facts = record.get("facts", record)
+    if not isinstance(facts, dict):
+        raise InputError(f"cannot read facts file {path}: its facts are not a JSON object", _FACTS_FIX)
+    return facts
+
+
+def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optional[str] = None, for_: Optional[str] = None,
+        facts_file: Optional[str] = None) -> DoctorOutcome:
+    m = matrix_file.load(matrix_path)
+    flags = parse_flag_string(for_).to_dict() if for_ else None
+    record = read_facts(facts_file) if facts_file else probe.collect(deep_mode=deep and not image)
+    image_record = probe_image(image, deep) if image else None
+    try:
+        host, findings = doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        if not facts_file:
+            raise
+        raise InputError(f"facts file {facts_file} holds a value of an unexpected type ({type(exc).__name__}: {exc})",
+                         "give a JSON file written by envkit doctor --json, unedited") from None
+    return DoctorOutcome(host, tuple(findings), record, image_record, image)

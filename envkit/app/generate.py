@@ -1,11 +1,9 @@
-"""`envkit generate`: resolve (or replay a lock), plan, render, write. The adapters live here: reading
-the templates, the site file and the lock, and writing the output directory all at once.
-"""
+"""`envkit generate`: resolve (or replay a lock), plan, render, and write the context whole."""
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Union
 
 from envkit.config import matrix_file as mx
 from envkit.errors import InputError
@@ -13,13 +11,14 @@ from envkit.model.matrix import Matrix
 from envkit.model.plan import BuildPlan, Options
 from envkit.core.plan import base_os, plan
 from envkit.core.render import render
-from envkit.model.solution import Result
+from envkit.model.solution import Result, Unsolved
+from envkit.model.flags import ResolveFlags
 from envkit.core.resolve import parse_query, resolve
 from envkit.model.site import Site
 from envkit.config.site_file import load as load_site
-from envkit.adapters.context_dir import load_templates
+from envkit.adapters.context_dir import load_templates, write_tree
 from envkit.config.lockfile import check_lock, lock_doc, read_lock
-from envkit.model.solution import FLAG_ORDER
+from envkit.model.flags import FLAG_ORDER
 
 
 def command_line(flags: dict[str, str], site: Site, opts: Options, lock: Optional[str]) -> str:
@@ -67,27 +66,32 @@ class Generated:
     result: Result
     files: dict[str, bytes]
     command: str
+    out: Optional[str] = None  # where the files were written; None for a dry run
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "command": self.command, "out": self.out, "files": sorted(self.files)}
 
 
-def generate(flags: dict[str, str], *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
-             mirror: Optional[str] = None, opts: Options = Options()) -> Generated:
+def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
+             mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
+             force: bool = False) -> Union[Generated, Unsolved]:
+    """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole."""
     m = mx.load(matrix_path)
     site = load_site(mirror) if mirror else Site()
     if lock:
-        if any(flags.values()):
+        if flags.any():
             raise InputError("--lock replays a resolved query; resolve flags cannot be combined with it",
                              "drop the resolve flags, or drop --lock to resolve anew")
-        flags, doc = read_lock(lock, m)
-        result = _resolve(m, flags)
+        given, doc = read_lock(lock, m)
+        result = _resolve(m, given)
         check_lock(lock, doc, result)
     else:
-        flags = {k: v for k, v in flags.items() if v}
-        result, flags = solve(m, flags, site)
+        result, given = solve(m, flags.to_dict(), site)
     if result.solution is None:
-        return Generated(None, result, {}, "")  # type: ignore[arg-type]
+        return Unsolved(result)
     p = plan(m, result.solution, site, opts)
-    command = command_line(flags, site, opts, lock)
-    files = render(p, load_templates(), command, lock_doc(m, flags, result, site, opts))
-    return Generated(p, result, files, command)
-
-
+    command = command_line(given, site, opts, lock)
+    files = render(p, load_templates(), command, lock_doc(m, given, result, site, opts))
+    if out is not None:
+        write_tree(out, files, force)
+    return Generated(p, result, files, command, out)

@@ -13,10 +13,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from envkit.adapters.openai_http import one_request
-from envkit.core.sweep import summarize
+from envkit.app.reporter import Reporter, Silent
+from envkit.config.userfile import parse_file
+from envkit.core.sweep import parse_dataset, random_requests, summarize
+from envkit.errors import InputError
 
 
 def run_level(url: str, model: str, requests: list, concurrency: int,
@@ -44,3 +48,41 @@ def sweep(url: str, model: str, concurrency: list, requests: list,
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
     one_request(url, model, requests[0][0], 2)  # warm-up, not counted
     return [run_level(url, model, requests, c, (lambda d, n, c=c: progress(c, d, n)) if progress else None) for c in concurrency]
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    engine_url: str  # openai:http://HOST:PORT
+    model: str = "default"
+    concurrency: str = "1,4,8,16"
+    num_prompts: int = 64
+    input_len: int = 128
+    output_len: int = 128
+    dataset: Optional[str] = None
+
+
+def _levels(concurrency: str) -> list[int]:
+    try:
+        levels = [int(x) for x in concurrency.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--concurrency {concurrency!r} is not a list of integers", "write --concurrency 1,4,8") from None
+    if not levels or min(levels) < 1:
+        raise InputError(f"--concurrency {concurrency!r} needs positive integers", "write --concurrency 1,4,8")
+    return levels
+
+
+def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> dict[str, Any]:
+    """The sweep document (schema 1): one row per concurrency level, ok when no request failed."""
+    if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
+        raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
+    levels_asked = _levels(req.concurrency)
+    if req.dataset:
+        requests = parse_file(req.dataset, "dataset",
+                              'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)',
+                              lambda text: parse_dataset(text, req.num_prompts, req.output_len))
+    else:
+        requests = random_requests(req.num_prompts, req.input_len, req.output_len)
+    url = req.engine_url[len("openai:"):]
+    levels = sweep(url, req.model, levels_asked, requests, progress=reporter.requests_done)
+    return {"schema": 1, "engine": url, "model": req.model, "dataset": req.dataset, "input_len": None if req.dataset else req.input_len,
+            "output_len": req.output_len, "levels": levels, "ok": all(lv["failed"] == 0 for lv in levels)}

@@ -10,7 +10,7 @@ from envkit.model.plan import Options
 from envkit.model.solution import Result
 from envkit.model.site import Site
 from envkit.config.userfile import read_text
-from envkit.model.solution import FLAG_ORDER
+from envkit.model.flags import FLAG_ORDER
 
 
 LOCK_NAME = "envkit.lock.json"

@@ -7,6 +7,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, TorchBuild, Vllm
 from envkit.model.matrix import dtk_text
+from envkit.model.flags import FLAG
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ class Solution:
             out["min_driver"] = str(self.min_driver)
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        return self.to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         t = self.torch
         d: dict[str, Any] = {
@@ -187,11 +191,48 @@ class VllmPick:
     cuda: Optional[Version]
 
 
-FLAG = {
-    "gpu": "--gpu", "driver": "--driver", "platform": "--platform", "cuda": "--cuda", "rocm": "--rocm",
-    "dtk": "--dtk", "python": "--python", "torch": "--torch", "flash_attn": "--flash-attn",
-    "vllm": "--vllm", "kernels": "--kernels",
-}
+
+@dataclass(frozen=True)
+class Unsolved:
+    """What a use case returns when the query has no solution: the Result, with its conflicts."""
+    result: Result
 
 
-FLAG_ORDER = ("gpu", "driver", "platform", "cuda", "rocm", "dtk", "python", "torch", "flash_attn", "vllm", "kernels")
+@dataclass(frozen=True)
+class SolutionRecord:
+    """A solution as written down: the `solution` of a lock, a context's envkit/solution.json and an image's
+    io.envkit.solution label (Solution.to_dict's document). Read back through from_json only."""
+    platform: str
+    python: str
+    torch_pin: str
+    torch_cxx11abi: Optional[bool]
+    toolkit: Optional[str]
+    flash_attn: Optional[str]
+    flash_attn_wheel: Optional[str]
+    vllm: Optional[str]
+    doc: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "SolutionRecord":
+        """Raises ValueError naming what is missing when `doc` is not a solution document."""
+        if not isinstance(doc, dict):
+            raise ValueError("a solution is a JSON object")
+        torch = doc.get("torch")
+        if not isinstance(doc.get("platform"), str) or not isinstance(torch, dict) or not isinstance(torch.get("pin"), str):
+            raise ValueError("a solution names its platform and torch pin")
+        part = {k: doc.get(k) if isinstance(doc.get(k), dict) else {} for k in ("toolkit", "flash_attn", "vllm")}
+        abi = torch.get("cxx11abi")
+        return cls(platform=doc["platform"], python=str(doc.get("python") or ""), torch_pin=torch["pin"],
+                   torch_cxx11abi=abi if isinstance(abi, bool) else None,
+                   toolkit=_text(part["toolkit"].get("version")), flash_attn=_text(part["flash_attn"].get("version")),
+                   flash_attn_wheel=_text(part["flash_attn"].get("wheel")), vllm=_text(part["vllm"].get("version")), doc=doc)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+    def default_tag(self) -> str:
+        return f"envkit/{self.platform}:torch{self.torch_pin.replace('+', '-')}"
+
+
+def _text(value: Any) -> Optional[str]:
+    return None if value is None else str(value)

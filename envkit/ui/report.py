@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from envkit.model.matrix import Matrix
-from envkit.model.solution import FLAG
-from envkit.core.resolve import dtk_text
+from envkit.model.flags import FLAG
+from envkit.model.matrix import dtk_text
+from envkit.app.build import Built
 from envkit.model.solution import Result
 
 RULE_STYLE = "bold red"
@@ -160,31 +161,6 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         c.print(f"dry run: would write {', '.join(files)}")
 
 
-def bundle_progress(console: Optional[Console] = None):
-    """(say, progress_factory) for long downloads: a line per event, a bar per file."""
-    import contextlib
-
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    c = console or _console(stderr=True)
-
-    def say(msg: str) -> None:
-        c.print(f"[dim]bundle:[/dim] {msg}")
-
-    @contextlib.contextmanager
-    def factory(name: str):
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      console=c, transient=True) as p:
-            task = p.add_task(name, total=None)
-
-            def tick(done: int, total: Optional[int]) -> None:
-                p.update(task, completed=done, total=total)
-
-            yield tick
-
-    return say, factory
-
-
 def print_bundle(report, console: Optional[Console] = None) -> None:
     c = console or _console()
     if report.complete_already:
@@ -194,42 +170,15 @@ def print_bundle(report, console: Optional[Console] = None) -> None:
             f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256")
 
 
-def build_console(stderr: bool = False) -> Console:
-    return _console(stderr=stderr)
-
-
-def print_preflight(checks, console: Console) -> None:
-    t = Table(title="preflight", title_justify="left", header_style="bold")
-    t.add_column("check")
-    t.add_column("result")
-    t.add_column("detail", overflow="fold")
-    for ch in checks:
-        t.add_row(ch.name, "[green]ok[/green]" if ch.ok else "[bold red]FAIL[/bold red]",
-                  ch.detail + (f"\nfix: {ch.fix}" if ch.fix else ""))
-    console.print(t)
-
-
-def build_line(console: Console, line: str) -> None:
-    import re as _re
-
-
-    if len(line) > 200:
-        line = line[:200] + " ..."
-    if _re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, _re.I):
-        console.print(f"[bold]{escape(line)}[/bold]")
-    elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:
-        console.print(escape(line), highlight=False)
-
-
-def print_build(result, offline: bool, console: Console) -> None:
+def print_build(built: Built, console: Console) -> None:
     t = Table(title="envkit build", title_justify="left", header_style="bold")
     t.add_column("")
     t.add_column("", overflow="fold")
-    t.add_row("image", f"{result.tag}  ({result.image_id})")
-    t.add_row("size", f"{result.size / 2**20:.0f} MiB")
-    t.add_row("network", "none (offline)" if offline else "site mirrors")
-    t.add_row("time", f"{result.seconds:.1f} s, {result.steps} steps")
-    for name, secs in result.stages:
+    t.add_row("image", f"{built.image}  ({built.image_id})")
+    t.add_row("size", f"{built.size / 2**20:.0f} MiB")
+    t.add_row("network", "none (offline)" if built.offline else "site mirrors")
+    t.add_row("time", f"{built.seconds:.1f} s, {built.steps} steps")
+    for name, secs in built.stages:
         t.add_row(f"  stage {name}", f"{secs:.1f} s")
     console.print(t)
 
@@ -309,28 +258,6 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
         t.add_row("vllm", sol["vllm"]["version"])
     t.add_row("lock sha256", labels.get("io.envkit.lock.sha256", ""))
     c.print(t)
-
-
-def sweep_progress(to_stderr: bool):
-    """A progress bar per concurrency level of the serving sweep."""
-    import contextlib
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    @contextlib.contextmanager
-    def ctx():
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=_console(stderr=True),
-                      transient=True) as p:
-            tasks: dict = {}
-
-            def tick(c: int, done: int, total: int) -> None:
-                if c not in tasks:
-                    tasks[c] = p.add_task(f"concurrency {c}", total=total)
-                p.update(tasks[c], completed=done)
-
-            yield tick
-
-    return ctx()
 
 
 def print_sweep(doc: dict, console: Optional[Console] = None) -> None:

@@ -1,0 +1,96 @@
+"""`envkit selftest`: the self-test of envkit/inimage/selftest.py run here, or inside a built image
+(network none, GPUs passed in, model and LAMBADA files mounted read-only). Either way the result is the
+script's own JSON document."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from envkit.adapters.engine import Engine
+from envkit.config.userfile import parse_file
+from envkit.errors import ExternalError, InputError
+from envkit.inimage import selftest as script
+
+SCRIPT_IN_IMAGE = "/opt/envkit/selftest.py"
+MODEL_IN_IMAGE = "/envkit-model"
+LAMBADA_IN_IMAGE = "/envkit-lambada.jsonl"
+
+
+@dataclass(frozen=True)
+class SelftestRequest:
+    quick: bool = False
+    engines: tuple[str, ...] = ()
+    shapes: tuple[str, ...] = ()
+    model: Optional[str] = None
+    parity: bool = False
+    lambada: Optional[str] = None
+    peak_gbs: Optional[float] = None
+    input_len: Optional[int] = None
+    output_len: Optional[int] = None
+
+
+def check(req: SelftestRequest) -> None:
+    for e in req.engines:
+        if e not in script.ENGINES:
+            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+    for sh in req.shapes:
+        if sh not in script.SHAPES:
+            raise InputError(f"--shape {sh!r} is not a known shape", f"choose one of {', '.join(sorted(script.SHAPES))}")
+    for path, what in ((req.model, "--model"), (req.lambada, "--lambada")):
+        if path and not Path(path).exists():
+            raise InputError(f"{what} {path}: no such file or directory", f"give an existing path to {what}")
+    if req.lambada:
+        if not req.model:
+            raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
+        parse_file(req.lambada, "LAMBADA file", 'give a JSONL file of {"text": "... last word"} lines (LAMBADA\'s format)',
+                   lambda text: script.read_lambada(text, 0))
+        if req.engines and not set(req.engines) & {"hf", "hf-static"}:
+            raise InputError("--lambada runs on the hf and hf-static engines", "add --engine hf")
+
+
+def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[str]) -> list[str]:
+    """The arguments of the in-image script: only what was asked, so images built by an older envkit, whose
+    script knows fewer options, still run a plain self-test."""
+    args = ["--json"] + (["--quick"] if req.quick else []) + (["--parity"] if req.parity else [])
+    for flag, values in (("--shape", req.shapes), ("--model", (model,) if model else ()), ("--engine", req.engines)):
+        for v in values:
+            args += [flag, v]
+    for flag, value in (("--input-len", req.input_len), ("--output-len", req.output_len), ("--lambada", lambada),
+                        ("--peak-gbs", req.peak_gbs)):
+        if value:
+            args += [flag, str(value)]
+    return args
+
+
+def run_here(req: SelftestRequest) -> dict[str, Any]:
+    check(req)
+    with script.stdout_to_stderr():
+        return script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
+                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "")
+
+
+def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -> dict[str, Any]:
+    check(req)
+    volumes: dict[str, dict[str, str]] = {}
+    if req.model:
+        volumes[str(Path(req.model).resolve())] = {"bind": MODEL_IN_IMAGE, "mode": "ro"}
+    if req.lambada:
+        volumes[str(Path(req.lambada).resolve())] = {"bind": LAMBADA_IN_IMAGE, "mode": "ro"}
+    args = script_args(req, MODEL_IN_IMAGE if req.model else None, LAMBADA_IN_IMAGE if req.lambada else None)
+    engine = Engine.connect()
+    engine.require_image(image)
+    rc, out, err, gpus = engine.run_with_gpus(image, ["python", SCRIPT_IN_IMAGE, *args], volumes)
+    try:
+        doc: dict[str, Any] = json.loads(out)
+    except json.JSONDecodeError:
+        raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
+                            f"is it an envkit-built image? ({SCRIPT_IN_IMAGE})") from None
+    doc["gpus_passed"] = gpus
+    if not gpus and host_has_nvidia_gpus:
+        doc["checks"].append({"name": "GPUs passed into the container", "ok": False,
+                              "detail": "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test ran on the CPU; "
+                                        "install nvidia-container-toolkit and configure the engine"})
+        doc["ok"] = False
+    return doc

@@ -1,0 +1,119 @@
+"""The commands that check: selftest (here, in an image, or a serving sweep), doctor, inspect."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from envkit.ui import report_dir
+from envkit.app import doctor as doctoring, selftest as selftesting
+from envkit.app.inspect import inspect as inspect_image
+from envkit.app.sweep import SweepRequest, serving_sweep
+from envkit.cli.options import JSON, MATRIX
+from envkit.errors import EXIT_NO_SOLUTION, InputError
+from envkit.inimage.selftest import ENGINES, SHAPES
+from envkit.ui import junit
+from envkit.ui.output import print_json
+from envkit.ui.plot import sweep_chart
+from envkit.ui.progress import RichReporter, console
+from envkit.ui.report import print_doctor, print_inspect, print_selftest, print_sweep
+
+
+def _sweep(urls: list[str], req: selftesting.SelftestRequest, image: Optional[str], sweep: SweepRequest, as_json: bool,
+           report: Optional[str], junit_path: Optional[str]) -> None:
+    local = [flag for flag, on in (("--engine " + " ".join(req.engines), req.engines), ("--shape", req.shapes), ("--image", image),
+                                   ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
+                                   ("--peak-gbs", req.peak_gbs)) if on]
+    if len(urls) > 1 or local:
+        raise InputError(f"--engine openai:URL sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
+                         "run the sweep and the local self-test as two commands")
+    with RichReporter(console(stderr=True)) as reporter:
+        doc = serving_sweep(sweep, reporter)
+    if report:
+        report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
+    if junit_path:
+        junit.write(junit_path, f"envkit selftest sweep {doc['engine']}", junit.sweep_cases(doc))
+    print_json(doc) if as_json else print_sweep(doc)
+    if not doc["ok"]:
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+def selftest(
+    image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none, GPUs passed in) instead of here"),
+    quick: bool = typer.Option(False, "--quick", help="the checks and a short decode: a verdict within a minute"),
+    engines: list[str] = typer.Option([], "--engine", help=f"{', '.join(ENGINES)} (decode engines; repeat) or openai:URL (the serving sweep)"),
+    shapes: list[str] = typer.Option([], "--shape", help=f"decode a random-weight model of this shape: {', '.join(SHAPES)} (repeat)"),
+    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name"),
+    parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with a float32 eager-attention reference"),
+    lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per HF engine"),
+    peak_gbs: Optional[float] = typer.Option(None, "--peak-gbs", min=0.0, help="the GPU's HBM peak in GB/s, where no image solution says it"),
+    concurrency: str = typer.Option("1,4,8,16", "--concurrency", help="concurrency levels of the serving sweep"),
+    num_prompts: int = typer.Option(64, "--num-prompts", min=1, help="requests per concurrency level"),
+    input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="prompt tokens (default 128; decode, and the sweep's random workload)"),
+    output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
+    as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
+    report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
+    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
+) -> None:
+    """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
+    urls = [e for e in engines if e.startswith("openai:")]
+    req = selftesting.SelftestRequest(quick, tuple(e for e in engines if not e.startswith("openai:")), tuple(shapes), model, parity,
+                                      lambada, peak_gbs, input_len, output_len)
+    for e in req.engines:
+        if e not in ENGINES:
+            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+    if report:
+        report_dir.ready(report)
+    if urls:
+        return _sweep(urls, req, image, SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128,
+                                                          output_len or 128, dataset), as_json, report, junit_path)
+    if dataset:
+        raise InputError("--dataset is the serving sweep's workload", "add --engine openai:URL, or drop --dataset")
+    doc = (selftesting.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else selftesting.run_here(req))
+    if report:
+        report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
+    if junit_path:
+        junit.write(junit_path, f"envkit selftest{' ' + image if image else ''}", junit.selftest_cases(doc))
+    print_json(doc) if as_json else print_selftest(doc, image)
+    if not doc.get("ok"):
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+def doctor(
+    deep: bool = typer.Option(False, "--deep", help="also import torch and the compiled modules (in a subprocess, with a timeout)"),
+    image: Optional[str] = typer.Option(None, "--image", help="judge this image's stack on this host's GPUs"),
+    for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
+    facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
+    as_json: bool = JSON,
+    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write the findings as JUnit XML"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
+    d = doctoring.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
+    if junit_path:
+        junit.write(junit_path, f"envkit doctor{' --image ' + image if image else ''}", junit.doctor_cases(list(d.findings)))
+    print_json(d.to_json()) if as_json else print_doctor(d.host, list(d.findings), image)
+    if not d.ok:
+        raise typer.Exit(EXIT_NO_SOLUTION)
+
+
+def inspect(
+    image: str = typer.Argument(..., help="an image envkit built (it carries the io.envkit.solution label)"),
+    as_json: bool = JSON,
+    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write doctor's findings as JUnit XML"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """What an image holds (its solution label), and doctor's checks for it on this host."""
+    i = inspect_image(image, matrix_path)
+    if junit_path:
+        junit.write(junit_path, f"envkit inspect {image}", junit.doctor_cases(list(i.findings)))
+    if as_json:
+        print_json(i.to_json())
+    else:
+        print_inspect(image, i.labels, i.solution.to_json())
+        print_doctor(i.host, list(i.findings), image)
+    if not i.ok:
+        raise typer.Exit(EXIT_NO_SOLUTION)

@@ -1,0 +1,75 @@
+"""`envkit matrix ...`: check, refresh, show and export."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from envkit.app import matrix as matrices
+from envkit.cli.options import MATRIX
+from envkit.config import matrix_file
+from envkit.ui.output import print_json
+from envkit.ui.report import print_matrix
+
+EXIT_DIFFERS = 1
+
+
+def export(
+    fmt: str = typer.Option(..., "--format", help="github, gitlab, bake or json"),
+    project: str = typer.Option("envkit.toml", "--project", help="the project file with the targets"),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="write here instead of stdout"),
+    contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
+) -> None:
+    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON."""
+    text = matrices.export_project(project, fmt, contexts, out)
+    if text is not None:
+        sys.stdout.write(text)
+
+
+def check(
+    path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate the matrix: every bad row is reported with its line."""
+    c = matrices.check(path)
+    if as_json:
+        return print_json(c.to_json())
+    inferred = c.inferred
+    sys.stdout.write(f"{c.matrix.path}: valid; " + ", ".join(f"{v} {k}" for k, v in c.rows.items())
+                     + f"; {inferred['total']} facts inferred, {len(inferred['can_name_artifact'])} of them could name an artifact\n")
+    for kind, n in sorted(inferred["kinds"].items()):
+        sys.stdout.write(f"  inferred: {n} x {kind}\n")
+    for name in inferred["can_name_artifact"]:
+        sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
+
+
+def refresh(
+    check: bool = typer.Option(False, "--check", help="change nothing; exit 1 if matrix.toml differs from what the sources derive"),
+    sources: Optional[str] = typer.Option(None, "--sources", help="the extracts (default: data/sources beside matrix.toml)"),
+    matrix_path: Optional[str] = typer.Option(None, "--matrix", help="the matrix.toml to refresh (default: the built-in one)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Derive the generated tables of matrix.toml from the source extracts in data/sources
+    (flash-attn workflows and setup.py per tag, PyPI metadata...); --check fails on any hand edit."""
+    r = matrices.refresh(matrix_path, sources, check)
+    if as_json:
+        print_json(r.to_json())
+    elif r.rewritten:
+        sys.stdout.write("; ".join(f"{name}: {n} row(s) rewritten" for name, n, _d in r.differs) + f" in {r.path}\n")
+    else:
+        for _name, _n, d in r.differs:
+            sys.stdout.write(d)
+        sys.stdout.write(f"{r.path}: " + ("derived regions match data/sources (" + ", ".join(r.regions) + ")\n" if not r.differs else
+                         "; ".join(f"{name}: {n} row(s) differ from the sources" for name, n, _d in r.differs)
+                         + " (run `envkit matrix refresh` to rewrite them, or correct the extract)\n"))
+    if not r.ok:
+        raise typer.Exit(EXIT_DIFFERS)
+
+
+def show(
+    table: Optional[str] = typer.Argument(None, help="cuda, gpu, torch, rocm, dtk, flash_attn, vllm, python, os"),
+    matrix_path: Optional[str] = MATRIX,
+) -> None:
+    """Print the matrix (or one table) as rich tables."""
+    print_matrix(matrix_file.load(matrix_path), table)

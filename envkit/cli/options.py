@@ -1,0 +1,37 @@
+"""Options shared by several commands, each declared once. The eleven resolve flags come from
+model/flags.py: `@resolve_flags` adds them to a command and hands it one ResolveFlags value."""
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+
+from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+JSON = typer.Option(False, "--json", help="print one stable JSON document")
+MATRIX = typer.Option(None, "--matrix", help="another matrix.toml (default: the built-in one)")
+FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")
+
+
+def resolve_flags(command: F) -> F:
+    """Give `command(flags: ResolveFlags, ...)` the resolve flags as options of its own, in the declared order."""
+    signature = inspect.signature(command)
+    hints = typing.get_type_hints(command)
+    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values() if p.name != "flags"]
+    added = [inspect.Parameter(f.key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                               default=typer.Option(None, f.option, help=f.help)) for f in RESOLVE_FLAGS]
+
+    @functools.wraps(command)
+    def with_flags(**given: Any) -> Any:
+        flags = ResolveFlags.from_mapping({f.key: given.pop(f.key) for f in RESOLVE_FLAGS})
+        return command(flags=flags, **given)
+
+    params = added + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    with_flags.__signature__ = signature.replace(parameters=params, return_annotation=hints.get("return", None))  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {p.name: p.annotation for p in params}
+    return typing.cast(F, with_flags)

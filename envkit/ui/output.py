@@ -1,0 +1,21 @@
+"""Output for machines: one JSON document on stdout, in the order its object built it."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from envkit.model.solution import Result
+from envkit.ui.report import print_result
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def show_result(result: Result, as_json: bool) -> None:
+    """A resolve result: its JSON document, or the stack (or the conflicts with their fixes) as tables."""
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        print_result(result)

@@ -148,6 +148,12 @@ def load_project(project: Optional[str], target: Optional[str], all_targets: boo
     return proj
 
 
+def build_project_target(project: Optional[str], target: Optional[str], req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
+    t = load_project(project, target, False, req).target(target or "")
+    return build_target(t, network=req.network, no_cache=req.no_cache, dry_run=req.dry_run, matrix_path=req.matrix_path,
+                        reporter=reporter)
+
+
 def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
                  reporter: Reporter = Silent()) -> Outcome:
     check_options(network, None)

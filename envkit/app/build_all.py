@@ -109,10 +109,25 @@ def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path:
     return TargetOutcome(t.name, error is None, code, t.image, seconds, str(log_path), size, error)
 
 
+@dataclass(frozen=True)
+class AllBuilt:
+    targets: tuple[TargetOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.targets)
+
+    def summary(self) -> str:
+        return f"{sum(t.ok for t in self.targets)}/{len(self.targets)} targets built; logs in {LOG_DIR}/"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "ok": self.ok, "targets": [t.to_json() for t in self.targets]}
+
+
 def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, board: Board, dry_run: bool = False,
-              matrix_path: Optional[str] = None) -> list[TargetOutcome]:
+              matrix_path: Optional[str] = None) -> AllBuilt:
     for t in project.targets:
         board.update(t.name, state="waiting")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(lambda t: _one(t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                            board=board), project.targets))
+        return AllBuilt(tuple(pool.map(lambda t: _one(t, network=network, no_cache=no_cache, dry_run=dry_run,
+                                                      matrix_path=matrix_path, board=board), project.targets)))

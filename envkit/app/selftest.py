@@ -31,10 +31,28 @@ class SelftestRequest:
     output_len: Optional[int] = None
 
 
-def check(req: SelftestRequest) -> None:
+def check_engines(req: SelftestRequest) -> None:
     for e in req.engines:
         if e not in script.ENGINES:
             raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+
+
+def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str], dataset: Optional[str]) -> None:
+    """A serving sweep measures one server; the local self-test's options do not mix with it (nor --dataset without it)."""
+    if not urls:
+        if dataset:
+            raise InputError("--dataset is the serving sweep's workload", "add --engine openai:URL, or drop --dataset")
+        return
+    local = [flag for flag, on in (("--engine " + " ".join(req.engines), req.engines), ("--shape", req.shapes), ("--image", image),
+                                   ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
+                                   ("--peak-gbs", req.peak_gbs)) if on]
+    if len(urls) > 1 or local:
+        raise InputError(f"--engine openai:URL sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
+                         "run the sweep and the local self-test as two commands")
+
+
+def check(req: SelftestRequest) -> None:
+    check_engines(req)
     for sh in req.shapes:
         if sh not in script.SHAPES:
             raise InputError(f"--shape {sh!r} is not a known shape", f"choose one of {', '.join(sorted(script.SHAPES))}")

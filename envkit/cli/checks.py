@@ -11,8 +11,8 @@ from envkit.ui import report_dir
 from envkit.app import doctor as doctoring, selftest as selftesting
 from envkit.app.inspect import inspect as inspect_image
 from envkit.app.sweep import SweepRequest, serving_sweep
-from envkit.cli.options import JSON, MATRIX
-from envkit.errors import EXIT_NO_SOLUTION, InputError
+from envkit.cli.options import JSON, JUNIT, MATRIX
+from envkit.errors import EXIT_NO_SOLUTION
 from envkit.inimage.selftest import ENGINES, SHAPES
 from envkit.ui import junit
 from envkit.ui.output import print_json
@@ -21,21 +21,17 @@ from envkit.ui.progress import RichReporter, console
 from envkit.ui.report import print_doctor, print_inspect, print_selftest, print_sweep
 
 
-def _sweep(urls: list[str], req: selftesting.SelftestRequest, image: Optional[str], sweep: SweepRequest, as_json: bool,
-           report: Optional[str], junit_path: Optional[str]) -> None:
-    local = [flag for flag, on in (("--engine " + " ".join(req.engines), req.engines), ("--shape", req.shapes), ("--image", image),
-                                   ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
-                                   ("--peak-gbs", req.peak_gbs)) if on]
-    if len(urls) > 1 or local:
-        raise InputError(f"--engine openai:URL sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
-                         "run the sweep and the local self-test as two commands")
+def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path: Optional[str]) -> None:
     with RichReporter(console(stderr=True)) as reporter:
         doc = serving_sweep(sweep, reporter)
     if report:
         report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
     if junit_path:
         junit.write(junit_path, f"envkit selftest sweep {doc['engine']}", junit.sweep_cases(doc))
-    print_json(doc) if as_json else print_sweep(doc)
+    if as_json:
+        print_json(doc)
+    else:
+        print_sweep(doc)
     if not doc["ok"]:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -54,30 +50,30 @@ def selftest(
     input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="prompt tokens (default 128; decode, and the sweep's random workload)"),
     output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
-    as_json: bool = typer.Option(False, "--json", help="print the self-test's JSON document"),
+    as_json: bool = JSON,
     report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
-    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write the checks as JUnit XML"),
+    junit_path: Optional[str] = JUNIT,
 ) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
     urls = [e for e in engines if e.startswith("openai:")]
     req = selftesting.SelftestRequest(quick, tuple(e for e in engines if not e.startswith("openai:")), tuple(shapes), model, parity,
                                       lambada, peak_gbs, input_len, output_len)
-    for e in req.engines:
-        if e not in ENGINES:
-            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+    selftesting.check_engines(req)
     if report:
         report_dir.ready(report)
+    selftesting.check_sweep_alone(urls, req, image, dataset)
     if urls:
-        return _sweep(urls, req, image, SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128,
-                                                          output_len or 128, dataset), as_json, report, junit_path)
-    if dataset:
-        raise InputError("--dataset is the serving sweep's workload", "add --engine openai:URL, or drop --dataset")
+        return _sweep(SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset),
+                      as_json, report, junit_path)
     doc = (selftesting.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else selftesting.run_here(req))
     if report:
         report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit_path:
         junit.write(junit_path, f"envkit selftest{' ' + image if image else ''}", junit.selftest_cases(doc))
-    print_json(doc) if as_json else print_selftest(doc, image)
+    if as_json:
+        print_json(doc)
+    else:
+        print_selftest(doc, image)
     if not doc.get("ok"):
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -88,14 +84,17 @@ def doctor(
     for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
     facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
     as_json: bool = JSON,
-    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write the findings as JUnit XML"),
+    junit_path: Optional[str] = JUNIT,
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
     d = doctoring.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
     if junit_path:
         junit.write(junit_path, f"envkit doctor{' --image ' + image if image else ''}", junit.doctor_cases(list(d.findings)))
-    print_json(d.to_json()) if as_json else print_doctor(d.host, list(d.findings), image)
+    if as_json:
+        print_json(d.to_json())
+    else:
+        print_doctor(d.host, list(d.findings), image)
     if not d.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -103,7 +102,7 @@ def doctor(
 def inspect(
     image: str = typer.Argument(..., help="an image envkit built (it carries the io.envkit.solution label)"),
     as_json: bool = JSON,
-    junit_path: Optional[str] = typer.Option(None, "--junit", help="also write doctor's findings as JUnit XML"),
+    junit_path: Optional[str] = JUNIT,
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """What an image holds (its solution label), and doctor's checks for it on this host."""

@@ -7,10 +7,10 @@ from typing import Optional
 import typer
 
 from envkit.app import matrix as matrices
-from envkit.cli.options import MATRIX
+from envkit.cli.options import JSON, MATRIX
 from envkit.config import matrix_file
 from envkit.ui.output import print_json
-from envkit.ui.report import print_matrix
+from envkit.ui.report import print_matrix, print_matrix_check, print_refresh
 
 EXIT_DIFFERS = 1
 
@@ -29,40 +29,29 @@ def export(
 
 def check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JSON,
 ) -> None:
     """Validate the matrix: every bad row is reported with its line."""
     c = matrices.check(path)
     if as_json:
-        return print_json(c.to_json())
-    inferred = c.inferred
-    sys.stdout.write(f"{c.matrix.path}: valid; " + ", ".join(f"{v} {k}" for k, v in c.rows.items())
-                     + f"; {inferred['total']} facts inferred, {len(inferred['can_name_artifact'])} of them could name an artifact\n")
-    for kind, n in sorted(inferred["kinds"].items()):
-        sys.stdout.write(f"  inferred: {n} x {kind}\n")
-    for name in inferred["can_name_artifact"]:
-        sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
+        print_json(c.to_json())
+    else:
+        print_matrix_check(c)
 
 
 def refresh(
     check: bool = typer.Option(False, "--check", help="change nothing; exit 1 if matrix.toml differs from what the sources derive"),
     sources: Optional[str] = typer.Option(None, "--sources", help="the extracts (default: data/sources beside matrix.toml)"),
-    matrix_path: Optional[str] = typer.Option(None, "--matrix", help="the matrix.toml to refresh (default: the built-in one)"),
-    as_json: bool = typer.Option(False, "--json"),
+    matrix_path: Optional[str] = MATRIX,
+    as_json: bool = JSON,
 ) -> None:
     """Derive the generated tables of matrix.toml from the source extracts in data/sources
     (flash-attn workflows and setup.py per tag, PyPI metadata...); --check fails on any hand edit."""
     r = matrices.refresh(matrix_path, sources, check)
     if as_json:
         print_json(r.to_json())
-    elif r.rewritten:
-        sys.stdout.write("; ".join(f"{name}: {n} row(s) rewritten" for name, n, _d in r.differs) + f" in {r.path}\n")
     else:
-        for _name, _n, d in r.differs:
-            sys.stdout.write(d)
-        sys.stdout.write(f"{r.path}: " + ("derived regions match data/sources (" + ", ".join(r.regions) + ")\n" if not r.differs else
-                         "; ".join(f"{name}: {n} row(s) differ from the sources" for name, n, _d in r.differs)
-                         + " (run `envkit matrix refresh` to rewrite them, or correct the extract)\n"))
+        print_refresh(r)
     if not r.ok:
         raise typer.Exit(EXIT_DIFFERS)
 

@@ -16,6 +16,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON = typer.Option(False, "--json", help="print one stable JSON document")
 MATRIX = typer.Option(None, "--matrix", help="another matrix.toml (default: the built-in one)")
 FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")
+LOCK = typer.Option(None, "--lock", help="an envkit.lock.json to replay instead of resolve flags")
+MIRROR = typer.Option(None, "--mirror", help="the site's mirror profile (SITE.toml)")
+JUNIT = typer.Option(None, "--junit", help="also write the checks or findings as JUnit XML")
 
 
 def resolve_flags(command: F) -> F:

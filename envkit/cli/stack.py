@@ -6,11 +6,11 @@ from typing import Optional
 import typer
 
 from envkit.app import build as building
-from envkit.app.build_all import LOG_DIR, build_all
+from envkit.app.build_all import build_all
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate as generate_context
 from envkit.app.resolve import resolve as resolve_stack
-from envkit.cli.options import FORCE, JSON, MATRIX, resolve_flags
+from envkit.cli.options import FORCE, JSON, LOCK, MATRIX, MIRROR, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
@@ -32,15 +32,15 @@ def resolve(flags: ResolveFlags, as_json: bool = JSON, matrix_path: Optional[str
 @resolve_flags
 def generate(
     flags: ResolveFlags,
-    lock: Optional[str] = typer.Option(None, "--lock", help="replay an envkit.lock.json instead of resolve flags"),
-    mirror: Optional[str] = typer.Option(None, "--mirror", help="site mirror profile (SITE.toml)"),
+    lock: Optional[str] = LOCK,
+    mirror: Optional[str] = MIRROR,
     offline: bool = typer.Option(False, "--offline", help="every artifact from the build context; refuse any network step"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context)"),
     host_march: str = typer.Option("x86-64-v2", "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
-    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    as_json: bool = JSON,
     force: bool = FORCE,
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
@@ -60,12 +60,12 @@ def generate(
 @resolve_flags
 def bundle(
     flags: ResolveFlags,
-    lock: Optional[str] = typer.Option(None, "--lock", help="bundle an envkit.lock.json instead of resolve flags"),
-    mirror: Optional[str] = typer.Option(None, "--mirror", help="fetch through the site's mirrors (SITE.toml)"),
+    lock: Optional[str] = LOCK,
+    mirror: Optional[str] = MIRROR,
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
     force: bool = FORCE,
-    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+    as_json: bool = JSON,
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
@@ -86,8 +86,8 @@ def build(
     flags: ResolveFlags,
     offline: bool = typer.Option(False, "--offline", help="build a bundle with the network off"),
     bundle_dir: Optional[str] = typer.Option(None, "--bundle", help="the bundle directory (with --offline)"),
-    lock: Optional[str] = typer.Option(None, "--lock", help="build an envkit.lock.json (mirror mode)"),
-    mirror: Optional[str] = typer.Option(None, "--mirror", help="build against the site's mirrors (SITE.toml)"),
+    lock: Optional[str] = LOCK,
+    mirror: Optional[str] = MIRROR,
     project: Optional[str] = typer.Option(None, "--project", help="project file with named targets (envkit.toml)"),
     target: Optional[str] = typer.Option(None, "--target", help="build this target of --project"),
     all_targets: bool = typer.Option(False, "--all", help="build every target of --project"),
@@ -97,37 +97,33 @@ def build(
     network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON summary (the log goes to stderr)"),
+    as_json: bool = JSON,
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = building.BuildRequest(flags, offline, bundle_dir, lock, mirror, out, tag, network, no_cache, dry_run, matrix_path)
     building.check_options(network, tag)
     out_console = console(stderr=as_json)
-    if project or target or all_targets:
+    if all_targets:
         proj = building.load_project(project, target, all_targets, req)
-        if all_targets:
-            with BuildBoard([t.name for t in proj.targets], out_console) as board:
-                results = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, board=board, dry_run=dry_run,
-                                    matrix_path=matrix_path)
-            out_console.print(f"{sum(r.ok for r in results)}/{len(results)} targets built; logs in {LOG_DIR}/")
-            if as_json:
-                print_json({"schema": 1, "ok": all(r.ok for r in results), "targets": [r.to_json() for r in results]})
-            if not all(r.ok for r in results):
-                raise typer.Exit(EXIT_EXTERNAL)
-            return
-        with RichReporter(out_console) as reporter:
-            outcome = building.build_target(proj.target(target or ""), network=network, no_cache=no_cache, dry_run=dry_run,
-                                            matrix_path=matrix_path, reporter=reporter)
-    else:
-        with RichReporter(out_console) as reporter:
-            outcome = building.build(req, reporter)
+        with BuildBoard([t.name for t in proj.targets], out_console) as board:
+            built = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, board=board, dry_run=dry_run, matrix_path=matrix_path)
+        out_console.print(built.summary())
+        if as_json:
+            print_json(built.to_json())
+        if not built.ok:
+            raise typer.Exit(EXIT_EXTERNAL)
+        return
+    with RichReporter(out_console) as reporter:
+        outcome = (building.build_project_target(project, target, req, reporter) if project or target
+                   else building.build(req, reporter))
     if isinstance(outcome, Unsolved):
         show_result(outcome.result, False)
         raise typer.Exit(EXIT_NO_SOLUTION)
     if isinstance(outcome, building.DryRun):
         out_console.print("dry run: preflight passed; nothing was built")
-    elif as_json:
-        print_json(outcome.to_json())
     else:
-        print_build(outcome, out_console)
+        if as_json:
+            print_json(outcome.to_json())
+        else:
+            print_build(outcome, out_console)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+import sys
 from typing import Optional
 
 from rich.markup import escape
@@ -13,6 +14,7 @@ from envkit.model.matrix import Matrix
 from envkit.model.flags import FLAG
 from envkit.model.matrix import dtk_text
 from envkit.app.build import Built
+from envkit.app.matrix import Checked, Refreshed
 from envkit.model.solution import Result
 
 RULE_STYLE = "bold red"
@@ -285,3 +287,24 @@ def _level_note(lv: dict) -> str:
     if lv.get("out_of_memory"):
         return "[red]out of memory[/]"
     return f"[red]{lv['errors'][0][:60]}[/]" if lv["failed"] else ""
+
+
+def print_matrix_check(c: Checked) -> None:
+    inferred = c.inferred
+    sys.stdout.write(f"{c.matrix.path}: valid; " + ", ".join(f"{v} {k}" for k, v in c.rows.items())
+                     + f"; {inferred['total']} facts inferred, {len(inferred['can_name_artifact'])} of them could name an artifact\n")
+    for kind, n in sorted(inferred["kinds"].items()):
+        sys.stdout.write(f"  inferred: {n} x {kind}\n")
+    for name in inferred["can_name_artifact"]:
+        sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
+
+
+def print_refresh(r: Refreshed) -> None:
+    if r.rewritten:
+        sys.stdout.write("; ".join(f"{name}: {n} row(s) rewritten" for name, n, _d in r.differs) + f" in {r.path}\n")
+        return
+    for _name, _n, d in r.differs:
+        sys.stdout.write(d)
+    sys.stdout.write(f"{r.path}: " + ("derived regions match data/sources (" + ", ".join(r.regions) + ")\n" if not r.differs else
+                     "; ".join(f"{name}: {n} row(s) differ from the sources" for name, n, _d in r.differs)
+                     + " (run `envkit matrix refresh` to rewrite them, or correct the extract)\n"))

@@ -64,6 +64,9 @@ class DryRun:
     """The preflight passed; nothing was built."""
     context: str
 
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "ok": True, "dry_run": True, "context": self.context}
+
 
 Outcome = Union[Built, DryRun, Unsolved]
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from envkit.adapters.engine import Engine
 from envkit.config.userfile import parse_file
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import selftest as script
+from envkit.model.results import CheckResult, SelftestResult
 
 SCRIPT_IN_IMAGE = "/opt/envkit/selftest.py"
 MODEL_IN_IMAGE = "/envkit-model"
@@ -82,14 +83,14 @@ def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[st
     return args
 
 
-def run_here(req: SelftestRequest) -> dict[str, Any]:
+def run_here(req: SelftestRequest) -> SelftestResult:
     check(req)
     with script.stdout_to_stderr():
-        return script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
-                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "")
+        return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
+                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or ""))
 
 
-def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -> dict[str, Any]:
+def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -> SelftestResult:
     check(req)
     volumes: dict[str, dict[str, str]] = {}
     if req.model:
@@ -101,14 +102,14 @@ def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -
     engine.require_image(image)
     rc, out, err, gpus = engine.run_with_gpus(image, ["python", SCRIPT_IN_IMAGE, *args], volumes)
     try:
-        doc: dict[str, Any] = json.loads(out)
-    except json.JSONDecodeError:
+        doc = json.loads(out)
+        doc["gpus_passed"] = gpus
+        result = SelftestResult.from_json(doc)
+    except (ValueError, TypeError):
         raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
                             f"is it an envkit-built image? ({SCRIPT_IN_IMAGE})") from None
-    doc["gpus_passed"] = gpus
     if not gpus and host_has_nvidia_gpus:
-        doc["checks"].append({"name": "GPUs passed into the container", "ok": False,
-                              "detail": "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test ran on the CPU; "
-                                        "install nvidia-container-toolkit and configure the engine"})
-        doc["ok"] = False
-    return doc
+        result = result.with_check(CheckResult(
+            "GPUs passed into the container", False, "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test "
+            "ran on the CPU; install nvidia-container-toolkit and configure the engine"))
+    return result

@@ -14,13 +14,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from envkit.adapters.openai_http import one_request
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import parse_file
 from envkit.core.sweep import parse_dataset, random_requests, summarize
 from envkit.errors import InputError
+from envkit.model.results import LevelResult, SweepResult
 
 
 def run_level(url: str, model: str, requests: list, concurrency: int,
@@ -71,8 +72,8 @@ def _levels(concurrency: str) -> list[int]:
     return levels
 
 
-def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> dict[str, Any]:
-    """The sweep document (schema 1): one row per concurrency level, ok when no request failed."""
+def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResult:
+    """One row per concurrency level; ok when no request failed."""
     if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
         raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
     levels_asked = _levels(req.concurrency)
@@ -84,5 +85,5 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> dict[str,
         requests = random_requests(req.num_prompts, req.input_len, req.output_len)
     url = req.engine_url[len("openai:"):]
     levels = sweep(url, req.model, levels_asked, requests, progress=reporter.requests_done)
-    return {"schema": 1, "engine": url, "model": req.model, "dataset": req.dataset, "input_len": None if req.dataset else req.input_len,
-            "output_len": req.output_len, "levels": levels, "ok": all(lv["failed"] == 0 for lv in levels)}
+    return SweepResult(url, req.model, req.dataset, None if req.dataset else req.input_len, req.output_len,
+                       tuple(LevelResult.from_json(lv) for lv in levels))

@@ -23,7 +23,8 @@ from envkit.ui.report import print_doctor, print_inspect, print_selftest, print_
 
 def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path: Optional[str]) -> None:
     with RichReporter(console(stderr=True)) as reporter:
-        doc = serving_sweep(sweep, reporter)
+        result = serving_sweep(sweep, reporter)
+    doc = result.to_json()
     if report:
         report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
     if junit_path:
@@ -32,7 +33,7 @@ def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path
         print_json(doc)
     else:
         print_sweep(doc)
-    if not doc["ok"]:
+    if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
 
@@ -65,7 +66,8 @@ def selftest(
     if urls:
         return _sweep(SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset),
                       as_json, report, junit_path)
-    doc = (selftesting.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else selftesting.run_here(req))
+    result = selftesting.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else selftesting.run_here(req)
+    doc = result.to_json()
     if report:
         report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit_path:
@@ -74,7 +76,7 @@ def selftest(
         print_json(doc)
     else:
         print_selftest(doc, image)
-    if not doc.get("ok"):
+    if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
 

@@ -118,12 +118,11 @@ def build(
         outcome = (building.build_project_target(project, target, req, reporter) if project or target
                    else building.build(req, reporter))
     if isinstance(outcome, Unsolved):
-        show_result(outcome.result, False)
+        show_result(outcome.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
     if isinstance(outcome, building.DryRun):
         out_console.print("dry run: preflight passed; nothing was built")
-    else:
-        if as_json:
-            print_json(outcome.to_json())
-        else:
-            print_build(outcome, out_console)
+    if as_json:
+        print_json(outcome.to_json())
+    elif isinstance(outcome, building.Built):
+        print_build(outcome, out_console)

@@ -14,6 +14,7 @@ import pytest
 from servers import apt_mirror_handler, serve, write_simple_index
 from functools import partial
 from http.server import SimpleHTTPRequestHandler
+from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "docker.io/library/debian:bookworm-slim"
@@ -44,7 +45,7 @@ def bundle(engine, tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle") / "cpu"
     p = envkit("bundle", *STACK, "-o", str(out), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "bundle")
     assert doc["ok"] and doc["files"] > 10
     return out
 
@@ -54,17 +55,17 @@ def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selft
     assert docker("rmi", BASE).returncode == 0  # the build must load the base image from the bundle
     p = envkit("build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:offline", "--no-cache", "--json")
     assert p.returncode == 0, p.stderr[-4000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "build")
     assert doc["network"] == "none" and doc["image"] == "envkit-test/cpu:offline"
     assert [s["name"] for s in doc["stages"]] == ["build", "runtime"]
     assert "docker load images/" in p.stderr
     assert "Using cache" not in p.stderr and "envkit: apt reads only the carried repository" in p.stderr
     assert docker("image", "inspect", BASE).returncode == 0
-    label = json.loads(docker("image", "inspect", "-f", '{{index .Config.Labels "io.envkit.solution"}}', "envkit-test/cpu:offline").stdout)
+    label = valid_json(docker("image", "inspect", "-f", '{{index .Config.Labels "io.envkit.solution"}}', "envkit-test/cpu:offline").stdout, "solution")
     assert label == json.loads((bundle / "envkit" / "solution.json").read_text())
     s = envkit("selftest", "--image", "envkit-test/cpu:offline", "--quick", "--json")
     assert s.returncode == 0, s.stderr
-    result = json.loads(s.stdout)
+    result = valid_json(s.stdout, "selftest")
     assert result["ok"] and result["torch"] == "2.13.0+cpu" and result["decode"]["tokens_per_s"] > 0
 
 
@@ -76,7 +77,7 @@ def test_selftest_in_an_image_without_transformers_names_what_is_missing(bundle,
     (model / "config.json").write_text("{}")
     s = envkit("selftest", "--image", "envkit-test/cpu:offline", "--model", str(model), "--engine", "hf", "--output-len", "4", "--json")
     assert s.returncode == 1, s.stderr
-    failed = [c for c in json.loads(s.stdout)["checks"] if not c["ok"]]
+    failed = [c for c in valid_json(s.stdout, "selftest")["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == ["load /envkit-model"]
     assert "No module named 'transformers'" in failed[0]["detail"]
 
@@ -84,7 +85,7 @@ def test_selftest_in_an_image_without_transformers_names_what_is_missing(bundle,
 def test_doctor_judges_the_built_images_stack_on_this_host(bundle):
     p = envkit("doctor", "--image", "envkit-test/cpu:offline", "--deep", "--json")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "doctor")
     inner = doc["image_facts"]
     assert inner["python"]["python"].startswith("3.11") and inner["python"]["torch"] == "2.13.0+cpu"
     assert inner["deep"]["torch"] == "2.13.0+cpu" and inner["deep"]["cuda_available"] is False
@@ -95,7 +96,7 @@ def test_doctor_judges_the_built_images_stack_on_this_host(bundle):
 def test_a_second_bundle_run_downloads_nothing(bundle):
     p = envkit("bundle", *STACK, "-o", str(bundle), "--json")
     assert p.returncode == 0, p.stderr[-2000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "bundle")
     assert doc["complete_already"] is True and doc["downloaded"] == []
 
 
@@ -130,13 +131,13 @@ def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tm
         p = envkit("build", "--mirror", str(site), *STACK, "-o", str(tmp_path / "ctx"), "--network", "host",
                    "--tag", "envkit-test/cpu:mirror", "--json")
         assert p.returncode == 0, p.stderr[-4000:]
-        assert json.loads(p.stdout)["network"] == "host"
+        assert valid_json(p.stdout, "build")["network"] == "host"
     assert any(r.startswith("/debian/dists/bookworm/") for r in apt.requests)
     assert any(r.startswith("/debian/pool/main/p/python3.11/") for r in apt.requests)
     assert "envkit: removed vendor apt list" not in p.stderr  # the debian base has none
     assert "apt source" in p.stderr and f"127.0.0.1:{apt_srv.server_port}" in p.stderr
     s = envkit("selftest", "--image", "envkit-test/cpu:mirror", "--quick", "--json")
-    assert s.returncode == 0 and json.loads(s.stdout)["decode"]["tokens_per_s"] > 0
+    assert s.returncode == 0 and valid_json(s.stdout, "selftest")["decode"]["tokens_per_s"] > 0
 
 
 def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bundle):
@@ -149,13 +150,13 @@ def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bund
     p = subprocess.run([sys.executable, "-m", "envkit", "build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:podman",
                         "--json"], capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-4000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "build")
     assert doc["network"] == "none" and [s["name"] for s in doc["stages"]] == ["build", "runtime"]
     assert "docker load images/" in p.stderr
     s = subprocess.run([sys.executable, "-m", "envkit", "selftest", "--image", "envkit-test/cpu:podman", "--quick", "--json"],
                        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert s.returncode == 0, s.stderr
-    assert json.loads(s.stdout)["decode"]["tokens_per_s"] > 0
+    assert valid_json(s.stdout, "selftest")["decode"]["tokens_per_s"] > 0
 
 
 def test_build_all_builds_two_cpu_targets_and_inspect_shows_each_solution(bundle, tmp_path):
@@ -175,13 +176,13 @@ def test_build_all_builds_two_cpu_targets_and_inspect_shows_each_solution(bundle
             docker("rmi", ref)
         p = envkit("build", "--project", "envkit.toml", "--all", "--jobs", "2", "--network", "host", "--json", cwd=tmp_path)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "build")
     assert doc["ok"] and [t["name"] for t in doc["targets"]] == ["cpu-offline", "cpu-mirror"]
     assert "2/2 targets built" in p.stderr
     for t in doc["targets"]:
         assert t["ok"] and (tmp_path / t["log"]).is_file()
         i = envkit("inspect", t["image"], "--json", "--junit", str(tmp_path / f"{t['name']}.xml"))
         assert i.returncode == 0, i.stderr
-        info = json.loads(i.stdout)
+        info = valid_json(i.stdout, "inspect")
         assert info["solution"]["torch"]["pin"] == "2.13.0+cpu" and info["solution"]["platform"] == "cpu"
         assert (tmp_path / f"{t['name']}.xml").read_text().startswith("<?xml")

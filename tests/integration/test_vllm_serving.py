@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pngread import decode_png
+from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]
 VPY = ROOT / ".vllm-venv" / "bin" / "python"
@@ -99,7 +100,7 @@ def test_cli_sweep_writes_json_png_and_junit(vllm_server, tmp_path):
                "--concurrency", "1,4", "--num-prompts", "16", "--output-len", "16", "--json", "--report", str(tmp_path / "rep"),
                "--junit", str(tmp_path / "j.xml"))
     assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "sweep")
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4]
     for lv in doc["levels"]:
         assert lv["completed"] == 16 and lv["failed"] == 0
@@ -115,7 +116,7 @@ def test_rejected_requests_are_rows_with_the_servers_reason_and_exit_1(vllm_serv
     p = envkit("selftest", "--engine", f"openai:{vllm_server['url']}", "--model", "tiny", "--concurrency", "2",
                "--num-prompts", "4", "--input-len", "600", "--output-len", "8", "--json")
     assert p.returncode == 1, p.stderr
-    lv = json.loads(p.stdout)["levels"][0]
+    lv = valid_json(p.stdout, "sweep")["levels"][0]
     assert lv["completed"] == 0 and lv["failed"] == 4
     assert lv["errors"][0].startswith("HTTP 400") and "512" in lv["errors"][0]   # the server's max-model-len, in its words
 
@@ -132,7 +133,7 @@ def test_model_decode_with_three_engines_and_logits_parity(vllm_server, tmp_path
     p = selftest_py("--model", str(vllm_server["model"]), "--shape", "tiny", "--engine", "hf", "--engine", "hf-static", "--engine", "vllm",
                     "--parity", "--input-len", "32", "--output-len", "16", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    doc = json.loads(p.stdout)
+    doc = valid_json(p.stdout, "selftest")
     rows = {(m["shape"], m["engine"]): m for m in doc["models"]}
     assert set(rows) == {(t, e) for t in ("tiny", str(vllm_server["model"])) for e in ("hf", "hf-static", "vllm")}
     for row in rows.values():
@@ -155,7 +156,7 @@ def test_lambada_accuracy_of_the_trained_tiny_model(vllm_server, tmp_path):
     p = selftest_py("--model", str(vllm_server["model"]), "--engine", "hf", "--engine", "hf-static", "--lambada", str(data),
                     "--output-len", "4", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-    acc = {a["engine"]: a for a in json.loads(p.stdout)["lambada"]}
+    acc = {a["engine"]: a for a in valid_json(p.stdout, "selftest")["lambada"]}
     assert set(acc) == {"hf", "hf-static"}
     for a in acc.values():
         assert (a["examples"], a["correct"], a["accuracy"]) == (20, 10, 0.5)
@@ -170,7 +171,7 @@ def test_lambada_on_a_model_without_its_tokenizer_is_a_failed_check(vllm_server,
     data.write_text('{"text": "the of and"}\n')
     p = selftest_py("--model", str(weights_only), "--lambada", str(data), "--output-len", "2", "--json", cwd=tmp_path)
     assert p.returncode == 1
-    failed = [c for c in json.loads(p.stdout)["checks"] if not c["ok"]]
+    failed = [c for c in valid_json(p.stdout, "selftest")["checks"] if not c["ok"]]
     assert [c["name"] for c in failed] == [f"lambada {weights_only} hf"] and "tokenizer" in failed[0]["detail"]
 
 

@@ -1,0 +1,104 @@
+"""Measured results as values: the self-test's document (written by inimage/selftest.py, here or inside an
+image) and the serving sweep's. Each reads its JSON document through from_json, which names what is wrong
+with a document of another shape, and writes the same document back through to_json."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Optional
+
+
+def _need(doc: Any, what: str, *keys: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    missing = [k for k in keys if k not in doc]
+    if missing:
+        raise ValueError(f"{what} lacks {', '.join(missing)}")
+    return doc
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "CheckResult":
+        d = _need(doc, "a check", "name", "ok")
+        return cls(str(d["name"]), bool(d["ok"]), str(d.get("detail", "")))
+
+
+@dataclass(frozen=True)
+class SelftestResult:
+    """The self-test's verdict and checks, typed; the decode, model and LAMBADA rows stay in `doc` as written."""
+    ok: bool
+    checks: tuple[CheckResult, ...]
+    doc: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "SelftestResult":
+        d = _need(doc, "a self-test result", "schema", "checks", "ok")
+        if d["schema"] != 1 or not isinstance(d["checks"], list):
+            raise ValueError("a self-test result has schema 1 and a list of checks")
+        return cls(bool(d["ok"]), tuple(CheckResult.from_json(c) for c in d["checks"]), d)
+
+    def with_check(self, check: CheckResult) -> "SelftestResult":
+        doc = {**self.doc, "checks": [*self.doc["checks"], asdict(check)], "ok": self.ok and check.ok}
+        return SelftestResult(self.ok and check.ok, (*self.checks, check), doc)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One concurrency level of a serving sweep, with vLLM's metric definitions (milliseconds, per second)."""
+    concurrency: int
+    requests: int
+    completed: int
+    failed: int
+    errors: tuple[str, ...]
+    out_of_memory: bool
+    duration_s: float
+    request_throughput: float
+    input_throughput: float
+    output_throughput: float
+    mean_ttft_ms: Optional[float]
+    p99_ttft_ms: Optional[float]
+    mean_tpot_ms: Optional[float]
+    p99_tpot_ms: Optional[float]
+    mean_itl_ms: Optional[float]
+    mean_latency_ms: Optional[float]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "LevelResult":
+        names = [f.name for f in fields(cls)]
+        d = _need(doc, "a sweep level", *names)
+        return cls(**{**{k: d[k] for k in names}, "errors": tuple(d["errors"])})
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "errors": list(self.errors)}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    engine: str
+    model: str
+    dataset: Optional[str]
+    input_len: Optional[int]
+    output_len: int
+    levels: tuple[LevelResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(lv.failed == 0 for lv in self.levels)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "SweepResult":
+        d = _need(doc, "a sweep result", "schema", "engine", "model", "levels", "output_len")
+        return cls(d["engine"], d["model"], d.get("dataset"), d.get("input_len"), d["output_len"],
+                   tuple(LevelResult.from_json(lv) for lv in d["levels"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "engine": self.engine, "model": self.model, "dataset": self.dataset, "input_len": self.input_len,
+                "output_len": self.output_len, "levels": [lv.to_json() for lv in self.levels], "ok": self.ok}

@@ -1,7 +1,8 @@
 """Load and validate matrix.toml into typed, frozen tables. Nothing else in envkit reads the TOML.
 
 Every row must name its `source`. The loader checks every row and reports all bad rows at once,
-each with its line number, before anything uses the data.
+each with its line number, before anything uses the data. Each table's keys are declared once, as
+fields.Table specs; only torch variants, DTK torch builds, flash-attn wheels and vLLM builds need code.
 """
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import os
 import pickle
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from envkit import data
+from envkit.config.fields import REQUIRED, Field, Problem, Table, identity
 from envkit.errors import MatrixError
 from envkit.model.matrix import CC, CudaToolkit, Driver, Dtk, FaRemap, FaWheelBuild, FlashAttn, FlashAttnBroken, Gpu, GpuDriver, Matrix, OsRelease, PythonRelease, Rocm, TorchAbiBreak, TorchBuild, VENDOR_PLATFORM, Vllm, VllmBuild
 from envkit.model.matrix import gpu_name_key
@@ -29,51 +31,45 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-# ---------------------------------------------------------------- validation helpers
+# ---------------------------------------------------------------- rows and their problems
 
 class _Row:
-    """Reads one row, recording every problem instead of stopping at the first."""
+    """One row of a table and where it stands; records every problem instead of stopping at the first."""
 
-    def __init__(self, table: str, index: int, line: int, data: dict, problems: list[str]) -> None:
+    def __init__(self, table: str, index: int, line: int, data: Any, problems: list[str]) -> None:
         self.table, self.index, self.line, self.data, self.problems = table, index, line, data, problems
         self.ok = True
 
-    def _bad(self, key: str, why: str) -> None:
+    def bad(self, key: str, why: str) -> None:
         self.ok = False
         self.problems.append(f"line {self.line}: [[{self.table}]] #{self.index + 1} `{key}`: {why}")
 
-    def get(self, key: str, conv: Callable[[Any], Any], default: Any = ..., kind: type | tuple = str) -> Any:
-        if key not in self.data:
-            if default is ...:
-                self._bad(key, "missing")
-                return None
-            return default
-        value = self.data[key]
-        if not isinstance(value, kind):
-            self._bad(key, f"expected {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
-            return None
-        try:
-            return conv(value)
-        except (InvalidVersion, InvalidSpecifier, ValueError, KeyError, TypeError) as exc:
-            self._bad(key, str(exc) or f"invalid value {value!r}")
-            return None
+    def report(self, problem: Problem) -> None:
+        self.bad(problem.key, problem.why)
 
-    def source(self, inherited: str = "") -> str:
-        src = self.data.get("source", inherited)
-        if not isinstance(src, str) or not re.match(r"(https?://|doc:|file:|wheel:)\S+", src):
-            self._bad("source", "every row needs a source: a URL or 'doc:<document>'")
-            return ""
-        return src
+    def nested(self, table: str, data: Any) -> _Row:
+        """A table inside this row (a torch variant): reported at this row's line and number."""
+        return _Row(table, self.index, self.line, data, self.problems)
 
-    def unknown_keys(self, allowed: set[str]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                self._bad(key, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    def read(self, table: Table, defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        return table.read(self.data, self.report, defaults)
 
 
-def _ident(x: Any) -> Any:
-    return x
+def _header_lines(text: str, table: str) -> list[int]:
+    pat = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]")
+    return [i + 1 for i, line in enumerate(text.splitlines()) if pat.match(line)]
 
+
+def _rows(raw: dict, text: str, table: str, problems: list[str]) -> list[_Row]:
+    data = raw.get(table, [])
+    if not isinstance(data, list):
+        problems.append(f"`{table}` must be an array of tables ([[{table}]])")
+        return []
+    lines = _header_lines(text, table)
+    return [_Row(table, i, lines[i] if i < len(lines) else 0, d, problems) for i, d in enumerate(data)]
+
+
+# ---------------------------------------------------------------- converters
 
 def _str_list(x: Any) -> tuple[str, ...]:
     if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
@@ -83,6 +79,10 @@ def _str_list(x: Any) -> tuple[str, ...]:
 
 def _cc_list(x: Any) -> tuple[CC, ...]:
     return tuple(CC.parse(i) for i in _str_list(x))
+
+
+def _version_list(x: Any) -> tuple[Version, ...]:
+    return tuple(Version(v) for v in _str_list(x))
 
 
 def _one_of(key: str, *allowed: str) -> Callable[[str], str]:
@@ -101,317 +101,13 @@ def _pattern(regex: str, example: str) -> Callable[[str], str]:
     return conv
 
 
-_confidence = _one_of("confidence", "verified", "inferred")
+_NO_SOURCE = "every row needs a source: a URL or 'doc:<document>'"
 
 
-def _header_lines(text: str, table: str) -> list[int]:
-    pat = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]")
-    return [i + 1 for i, line in enumerate(text.splitlines()) if pat.match(line)]
-
-
-def _rows(raw: dict, text: str, table: str, problems: list[str]) -> list[_Row]:
-    data = raw.get(table, [])
-    if not isinstance(data, list):
-        problems.append(f"`{table}` must be an array of tables ([[{table}]])")
-        return []
-    lines = _header_lines(text, table)
-    return [_Row(table, i, lines[i] if i < len(lines) else 0, d, problems) for i, d in enumerate(data)]
-
-
-# ---------------------------------------------------------------- table parsers
-
-def _parse_cuda(rows: list[_Row]) -> list[CudaToolkit]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"version", "release", "min_driver", "toolkit_driver", "archs", "cudnn", "devel_image", "runtime_image", "os", "source"})
-        t = CudaToolkit(
-            version=r.get("version", Version),
-            release=r.get("release", _ident),
-            min_driver=r.get("min_driver", Driver.parse),
-            toolkit_driver=r.get("toolkit_driver", Driver.parse, None),
-            archs=r.get("archs", _cc_list, kind=list),
-            cudnn=r.get("cudnn", _ident),
-            devel_image=r.get("devel_image", _ident),
-            runtime_image=r.get("runtime_image", _ident),
-            os=r.get("os", _ident),
-            source=r.source(),
-        )
-        if r.ok:
-            out.append(t)
-    return out
-
-
-def _parse_gpus(rows: list[_Row]) -> list[Gpu]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"name", "aliases", "vendor", "arch", "memory_gb", "bandwidth_gbs", "min_dtk", "min_driver", "source"})
-        vendor = r.get("vendor", _one_of("vendor", *VENDOR_PLATFORM))
-        arch = r.get("arch", _pattern(r"sm_\d+|gfx[0-9a-f]+", "sm_90 or gfx942"))
-        g = Gpu(
-            name=r.get("name", _ident),
-            aliases=r.get("aliases", _str_list, (), kind=list),
-            vendor=vendor,
-            arch=arch,
-            memory_gb=r.get("memory_gb", float, kind=(int, float)),
-            bandwidth_gbs=r.get("bandwidth_gbs", float, kind=(int, float)),
-            min_dtk=r.get("min_dtk", Version, None),
-            source=r.source(),
-            min_driver=r.get("min_driver", Driver.parse, None),
-        )
-        if r.ok:
-            out.append(g)
-    return out
-
-
-def _parse_gpu_drivers(rows: list[_Row]) -> list[GpuDriver]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"family", "archs", "min_driver", "last_branch", "confidence", "source"})
-        x = GpuDriver(
-            family=r.get("family", _ident),
-            archs=r.get("archs", _cc_list, kind=list),
-            min_driver=r.get("min_driver", Driver.parse, None),
-            last_branch=r.get("last_branch", int, None, kind=int),
-            confidence=r.get("confidence", _confidence, "verified"),
-            source=r.source(),
-        )
-        if r.ok and x.min_driver is None and x.last_branch is None:
-            r._bad("min_driver", "give min_driver, last_branch or both")
-        if r.ok:
-            out.append(x)
-    return out
-
-
-def _torch_variant(r: _Row, version: Version, python: SpecifierSet, source: str, v: dict, problems: list[str]) -> Optional[TorchBuild]:
-    vr = _Row("torch.variants", r.index, r.line, v, problems)
-    vr.unknown_keys({"name", "cuda", "rocm", "archs", "ptx", "cxx11abi", "only", "index_url", "python", "confidence", "note", "pypi", "cxx11abi_inferred", "source"})
-    name = vr.get("name", _ident)
-    only = vr.get("only", SpecifierSet, None)
-    if only is not None and version not in only:
-        return None
-    cuda = vr.get("cuda", Version, None)
-    rocm = vr.get("rocm", Version, None)
-    platform = "cuda" if cuda else "rocm" if rocm else "cpu"
-    if name and platform == "cpu" and name != "cpu":
-        vr._bad("name", "a variant without `cuda` or `rocm` must be named 'cpu'")
-    archs_known = "archs" in v or platform == "cpu"
-    archs = vr.get("archs", _str_list, (), kind=list)
-    confidence = vr.get("confidence", _confidence, "verified")
-    if not archs_known and confidence != "inferred":
-        vr._bad("archs", "a build without its arch list must say confidence = \"inferred\"")
-    if platform == "cuda":
-        for a in archs or ():
-            try:
-                CC.parse(a)
-            except ValueError as exc:
-                vr._bad("archs", str(exc))
-    b = TorchBuild(
-        version=version,
-        variant=name,
-        platform=platform,
-        toolkit=cuda or rocm,
-        archs=archs,
-        ptx=vr.get("ptx", CC.parse, None),
-        cxx11abi=vr.get("cxx11abi", bool, kind=bool),
-        python=vr.get("python", SpecifierSet, python),
-        index_url=vr.get("index_url", _ident, f"https://download.pytorch.org/whl/{name}"),
-        wheel=None,
-        local=name,
-        confidence=confidence,
-        source=vr.source(source),
-        archs_known=archs_known,
-        note=vr.get("note", _ident, ""),
-        pypi=vr.get("pypi", bool, False, kind=bool),
-        abi_known=not vr.get("cxx11abi_inferred", bool, False, kind=bool),
-    )
-    return b if vr.ok else None
-
-
-def _parse_torch(rows: list[_Row], problems: list[str]) -> list[TorchBuild]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"versions", "python", "variants", "source"})
-        versions = r.get("versions", lambda x: tuple(Version(v) for v in _str_list(x)), kind=list)
-        python = r.get("python", SpecifierSet)
-        source = r.source()
-        variants = r.get("variants", _ident, kind=list)
-        if not r.ok:
-            continue
-        for v in versions:
-            for var in variants:
-                b = _torch_variant(r, v, python, source, var, problems)
-                if b is not None:
-                    out.append(b)
-    return out
-
-
-def _parse_rocm(rows: list[_Row]) -> list[Rocm]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"version", "archs", "devel_image", "runtime_image", "os", "confidence", "source"})
-        x = Rocm(
-            version=r.get("version", Version),
-            archs=r.get("archs", _str_list, (), kind=list),
-            devel_image=r.get("devel_image", _ident, None),
-            runtime_image=r.get("runtime_image", _ident, None),
-            os=r.get("os", _ident, None),
-            source=r.source(),
-        )
-        if r.ok and (x.devel_image is None) != (x.os is None):
-            r._bad("devel_image", "give devel_image, runtime_image and os together, or none of them")
-        if r.ok:
-            out.append(x)
-    return out
-
-
-def _parse_dtk(rows: list[_Row], problems: list[str]) -> tuple[list[Dtk], list[TorchBuild]]:
-    out, builds = [], []
-    for r in rows:
-        r.unknown_keys({"version", "rocm", "image_hint", "torch", "source"})
-        d = Dtk(
-            version=r.get("version", Version),
-            rocm=r.get("rocm", _ident),
-            image_hint=r.get("image_hint", _ident, ""),
-            source=r.source(),
-        )
-        torches = r.get("torch", _ident, [], kind=list)
-        if not r.ok:
-            continue
-        out.append(d)
-        for t in torches:
-            tr = _Row("dtk.torch", r.index, r.line, t, problems)
-            tr.unknown_keys({"version", "local", "python", "cxx11abi", "wheel", "confidence", "source"})
-            b = TorchBuild(
-                version=tr.get("version", Version),
-                variant=f"dtk{d.version}",
-                platform="dtk",
-                toolkit=d.version,
-                archs=(),
-                ptx=None,
-                cxx11abi=tr.get("cxx11abi", bool, kind=bool),
-                python=tr.get("python", SpecifierSet),
-                index_url=None,
-                wheel=tr.get("wheel", _ident),
-                local=tr.get("local", _ident),
-                confidence=tr.get("confidence", _confidence, "verified"),
-                source=tr.source(d.source),
-            )
-            if tr.ok:
-                builds.append(b)
-    return out, builds
-
-
-def _python_list(x: Any) -> tuple[Version, ...]:
-    if not isinstance(x, list) or not all(isinstance(p, str) and re.fullmatch(r"3\.\d+", p) for p in x):
-        raise ValueError('a Python list is like ["3.10", "3.11"]')
-    return tuple(Version(p) for p in x)
-
-
-def _str_field(d: dict, key: str, pattern: str = r".+", example: str = "") -> str:
-    v = d.get(key)
-    if not isinstance(v, str) or not re.fullmatch(pattern, v):
-        raise ValueError(f"{key} must be a string" + (f" like {example}" if example else ""))
-    return v
-
-
-def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
-    out = []
-    for w in items:
-        if not isinstance(w, dict):
-            raise ValueError("each wheels entry must be an inline table")
-        unknown = set(w) - {"cuda", "torch", "torch_index", "nvcc", "platform", "python", "abi"}
-        if unknown:
-            raise ValueError(f"unknown wheels key(s): {', '.join(sorted(unknown))}")
-        abi = w.get("abi")
-        if not isinstance(abi, list) or not all(isinstance(a, bool) for a in abi):
-            raise ValueError("wheels.abi must be a list of booleans")
-        cuda = w.get("cuda")
-        if not isinstance(cuda, str) or not cuda.isdigit():
-            raise ValueError('wheels.cuda must be the cu tag\'s digits, like "12" or "118"')
-        out.append(FaWheelBuild(cuda=cuda, torch=Version(_str_field(w, "torch")), torch_index=_str_field(w, "torch_index", r"cu\d+", "cu121"),
-                                nvcc=Version(_str_field(w, "nvcc")),
-                                platform=_str_field({"platform": w.get("platform", "linux_x86_64")}, "platform", r"linux_(x86_64|aarch64)", "linux_x86_64"),
-                                python=_python_list(w.get("python")), abi=tuple(abi)))
-    return tuple(out)
-
-
-def _fa_rule(x: Any) -> tuple[Optional[str], tuple[FaRemap, ...]]:
-    if x == "none":
-        return None, ()
-    if not isinstance(x, dict) or x.get("format") not in ("major", "major_minor"):
-        raise ValueError('wheel_rule must be "none" or { format = "major" | "major_minor", remap = [...] }')
-    remap = []
-    for r in x.get("remap", []):
-        if not isinstance(r, dict) or "to" not in r or set(r) - {"cuda_major", "torch", "to"} \
-                or ("cuda_major" in r and (not isinstance(r["cuda_major"], int) or isinstance(r["cuda_major"], bool))) \
-                or ("torch" in r and not (isinstance(r["torch"], str) and re.fullmatch(r"\d+\.\d+", r["torch"]))) \
-                or not isinstance(r["to"], str):
-            raise ValueError('each remap entry is { cuda_major = 12, torch = "2.1", to = "12.2" } (cuda_major and torch optional)')
-        remap.append(FaRemap(cuda_major=r.get("cuda_major"), torch=r.get("torch"), to=Version(r["to"])))
-    return x["format"], tuple(remap)
-
-
-def _fa_archs(items: list) -> tuple[tuple[CC, SpecifierSet], ...]:
-    out = []
-    for a in items:
-        if not isinstance(a, dict) or set(a) != {"arch", "nvcc"}:
-            raise ValueError('each archs entry is { arch = "8.0", nvcc = ">=11.6" }')
-        out.append((CC.parse(a["arch"]), SpecifierSet(a["nvcc"])))
-    return tuple(out)
-
-
-def _parse_flash_attn(rows: list[_Row]) -> list[FlashAttn]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"version", "tag", "python", "torch", "nvcc", "wheel_rule", "wheel_set", "wheels", "archs",
-                        "rocm", "rocm_archs", "kernels", "kernel_setup_py", "confidence", "source"})
-        rule = r.get("wheel_rule", _fa_rule, kind=(str, dict))
-        x = FlashAttn(
-            version=r.get("version", Version),
-            tag=r.get("tag", _ident, ""),
-            python=r.get("python", SpecifierSet),
-            torch=r.get("torch", SpecifierSet),
-            nvcc=r.get("nvcc", SpecifierSet),
-            wheel_format=rule[0] if rule else None,
-            wheel_remap=rule[1] if rule else (),
-            wheel_set=r.get("wheel_set", _one_of("wheel_set", "workflow", "none", "unknown")),
-            wheels=r.get("wheels", _fa_wheels, (), kind=list),
-            archs=r.get("archs", _fa_archs, kind=list),
-            rocm=r.get("rocm", SpecifierSet, None),
-            rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
-            kernels=r.get("kernels", _str_list, (), kind=list),
-            kernel_setup_py=r.get("kernel_setup_py", bool, False, kind=bool),
-            confidence=r.get("confidence", _confidence, "verified"),
-            source=r.source(),
-        )
-        if r.ok and x.wheel_set != "workflow" and x.wheels:
-            r._bad("wheels", f"wheels are listed but wheel_set is {x.wheel_set!r}")
-        if r.ok:
-            out.append(x)
-    return out
-
-
-def _parse_abi_breaks(rows: list[_Row]) -> list[TorchAbiBreak]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"torch", "symbol", "why", "source"})
-        x = TorchAbiBreak(torch=r.get("torch", Version), symbol=r.get("symbol", _ident), why=r.get("why", _ident), source=r.source())
-        if r.ok and (x.torch.micro == 0 or len(x.torch.release) != 3):
-            r._bad("torch", "an ABI break is a patch release like 2.3.1")
-        if r.ok:
-            out.append(x)
-    return out
-
-
-def _parse_fa_broken(rows: list[_Row]) -> list[FlashAttnBroken]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"flash_attn", "torch", "cxx11abi", "why", "source"})
-        x = FlashAttnBroken(flash_attn=r.get("flash_attn", SpecifierSet), torch=r.get("torch", _ident),
-                            cxx11abi=r.get("cxx11abi", bool, kind=bool), why=r.get("why", _ident), source=r.source())
-        if r.ok:
-            out.append(x)
-    return out
+def _source(x: Any) -> str:
+    if not isinstance(x, str) or not re.match(r"(https?://|doc:|file:|wheel:)\S+", x):
+        raise ValueError(_NO_SOURCE)
+    return x
 
 
 def _strict_int(x: Any) -> int:
@@ -427,76 +123,308 @@ def _nonempty_wheels(x: list) -> tuple[str, ...]:
     return ws
 
 
-def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
-    def conv(items: list) -> tuple[VllmBuild, ...]:
+def _python_list(x: Any) -> tuple[Version, ...]:
+    if not isinstance(x, list) or not all(isinstance(p, str) and re.fullmatch(r"3\.\d+", p) for p in x):
+        raise ValueError('a Python list is like ["3.10", "3.11"]')
+    return tuple(Version(p) for p in x)
+
+
+def _str_field(d: dict, key: str, pattern: str = r".+", example: str = "") -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not re.fullmatch(pattern, v):
+        raise ValueError(f"{key} must be a string" + (f" like {example}" if example else ""))
+    return v
+
+
+# ---------------------------------------------------------------- field kinds used by many tables
+
+def _req(key: str, convert: Callable[[Any], Any] = identity, kind: Any = str) -> Field:
+    return Field(key, convert, kind)
+
+
+def _opt(key: str, convert: Callable[[Any], Any] = identity, kind: Any = str, default: Any = None) -> Field:
+    return Field(key, convert, kind, default)
+
+
+def _strs(key: str, default: Any = ()) -> Field:
+    return Field(key, _str_list, list, default)
+
+
+def _flag(key: str, default: Any = REQUIRED, attr: str = "") -> Field:
+    return Field(key, bool, bool, default, attr=attr)
+
+
+_VERSION = _req("version", Version)
+_SOURCE = Field("source", _source, object, missing=_NO_SOURCE)
+_CONFIDENCE = _opt("confidence", _one_of("confidence", "verified", "inferred"), default="verified")
+
+
+# ---------------------------------------------------------------- plain tables: declarations only
+
+@dataclass(frozen=True)
+class _Spec:
+    """A table whose rows map key by key onto a model dataclass; `check` names a problem of the whole
+    row as (key, why); `adapt` reshapes the read values before the model is built."""
+
+    build: Callable[..., Any]
+    table: Table
+    check: Optional[Callable[[Any], Optional[tuple[str, str]]]] = None
+    adapt: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None
+
+    def read(self, rows: list[_Row]) -> list[Any]:
         out = []
-        for b in items:
-            if not isinstance(b, dict) or set(b) - {key, "wheel", "status", "source", "archs", "ptx", "python"} or key not in b or "wheel" not in b:
-                raise ValueError(f'each entry is {{ {key} = "X.Y", wheel = "...", status = "documented", source = "..." }}')
-            if b.get("status", "documented") not in ("verified", "documented"):
-                raise ValueError("status must be verified or documented")
-            wheel = _str_field(b, "wheel", r"vllm-\S+\.whl", "vllm-<v>+cu118-cp<py>-cp<py>-manylinux1_x86_64.whl")
-            out.append(VllmBuild(toolkit=Version(_str_field(b, key)), wheel=wheel, status=b.get("status", "documented"),
-                                 source=str(b.get("source", "")),
-                                 archs=None if "archs" not in b else _cc_list(b["archs"] if isinstance(b["archs"], list) else None),
-                                 ptx=None if "ptx" not in b else CC.parse(_str_field(b, "ptx")),
-                                 python=None if "python" not in b else _python_list(b["python"])))
-        return tuple(out)
-    return conv
+        for r in rows:
+            values = r.read(self.table)
+            if not r.ok:
+                continue
+            item = self.build(**(self.adapt(values) if self.adapt else values))
+            problem = self.check(item) if self.check else None
+            if problem:
+                r.bad(*problem)
+            else:
+                out.append(item)
+        return out
 
 
-def _parse_vllm(rows: list[_Row]) -> list[Vllm]:
+_CUDA = _Spec(CudaToolkit, Table.of(
+    _VERSION, _req("release"), _req("min_driver", Driver.parse), _opt("toolkit_driver", Driver.parse),
+    _req("archs", _cc_list, list), _req("cudnn"), _req("devel_image"), _req("runtime_image"), _req("os"), _SOURCE))
+
+_GPU = _Spec(Gpu, Table.of(
+    _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _pattern(r"sm_\d+|gfx[0-9a-f]+", "sm_90 or gfx942")),
+    _req("name"), _strs("aliases"), _req("memory_gb", float, (int, float)), _req("bandwidth_gbs", float, (int, float)),
+    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse)))
+
+_GPU_DRIVER = _Spec(GpuDriver, Table.of(
+    _req("family"), _req("archs", _cc_list, list), _opt("min_driver", Driver.parse), _opt("last_branch", int, int),
+    _CONFIDENCE, _SOURCE),
+    check=lambda x: ("min_driver", "give min_driver, last_branch or both") if x.min_driver is None and x.last_branch is None else None)
+
+_ROCM = _Spec(Rocm, Table.of(
+    _VERSION, _strs("archs"), _opt("devel_image"), _opt("runtime_image"), _opt("os"), _SOURCE, extra=("confidence",)),
+    check=lambda x: ("devel_image", "give devel_image, runtime_image and os together, or none of them")
+    if (x.devel_image is None) != (x.os is None) else None)
+
+_ABI_BREAK = _Spec(TorchAbiBreak, Table.of(_req("torch", Version), _req("symbol"), _req("why"), _SOURCE),
+                   check=lambda x: ("torch", "an ABI break is a patch release like 2.3.1")
+                   if x.torch.micro == 0 or len(x.torch.release) != 3 else None)
+
+_FA_BROKEN = _Spec(FlashAttnBroken, Table.of(
+    _req("flash_attn", SpecifierSet), _req("torch"), _flag("cxx11abi"), _req("why"), _SOURCE))
+
+_PYTHON = _Spec(PythonRelease, Table.of(_VERSION, _req("tarball"), _SOURCE))
+
+_OS = _Spec(OsRelease, Table.of(
+    *(_strs(k, REQUIRED) for k in ("python_packages", "python_runtime", "build_packages", "cpython_build", "cpython_runtime")),
+    _req("name", _pattern(r"[a-z]+\d+(\.\d+)?", "ubuntu22.04")), _req("family", _one_of("family", "debian")),
+    _req("glibc", Version), _req("python", Version), _opt("cpu_image"), _SOURCE))
+
+
+# ---------------------------------------------------------------- flash-attn: wheel lists, wheel-name rule, arch table
+
+_FA_WHEEL_KEYS = {"cuda", "torch", "torch_index", "nvcc", "platform", "python", "abi"}
+
+
+def _fa_wheel(w: Any) -> FaWheelBuild:
+    if not isinstance(w, dict):
+        raise ValueError("each wheels entry must be an inline table")
+    unknown = set(w) - _FA_WHEEL_KEYS
+    if unknown:
+        raise ValueError(f"unknown wheels key(s): {', '.join(sorted(unknown))}")
+    abi = w.get("abi")
+    if not isinstance(abi, list) or not all(isinstance(a, bool) for a in abi):
+        raise ValueError("wheels.abi must be a list of booleans")
+    cuda = w.get("cuda")
+    if not isinstance(cuda, str) or not cuda.isdigit():
+        raise ValueError('wheels.cuda must be the cu tag\'s digits, like "12" or "118"')
+    return FaWheelBuild(cuda=cuda, torch=Version(_str_field(w, "torch")), torch_index=_str_field(w, "torch_index", r"cu\d+", "cu121"),
+                        nvcc=Version(_str_field(w, "nvcc")),
+                        platform=_str_field({"platform": w.get("platform", "linux_x86_64")}, "platform", r"linux_(x86_64|aarch64)", "linux_x86_64"),
+                        python=_python_list(w.get("python")), abi=tuple(abi))
+
+
+def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
+    return tuple(_fa_wheel(w) for w in items)
+
+
+def _fa_remap(r: Any) -> FaRemap:
+    if not isinstance(r, dict) or "to" not in r or set(r) - {"cuda_major", "torch", "to"} \
+            or ("cuda_major" in r and (not isinstance(r["cuda_major"], int) or isinstance(r["cuda_major"], bool))) \
+            or ("torch" in r and not (isinstance(r["torch"], str) and re.fullmatch(r"\d+\.\d+", r["torch"]))) \
+            or not isinstance(r["to"], str):
+        raise ValueError('each remap entry is { cuda_major = 12, torch = "2.1", to = "12.2" } (cuda_major and torch optional)')
+    return FaRemap(cuda_major=r.get("cuda_major"), torch=r.get("torch"), to=Version(r["to"]))
+
+
+def _fa_rule(x: Any) -> tuple[Optional[str], tuple[FaRemap, ...]]:
+    if x == "none":
+        return None, ()
+    if not isinstance(x, dict) or x.get("format") not in ("major", "major_minor"):
+        raise ValueError('wheel_rule must be "none" or { format = "major" | "major_minor", remap = [...] }')
+    return x["format"], tuple(_fa_remap(r) for r in x.get("remap", []))
+
+
+def _fa_archs(items: list) -> tuple[tuple[CC, SpecifierSet], ...]:
+    out = []
+    for a in items:
+        if not isinstance(a, dict) or set(a) != {"arch", "nvcc"}:
+            raise ValueError('each archs entry is { arch = "8.0", nvcc = ">=11.6" }')
+        out.append((CC.parse(a["arch"]), SpecifierSet(a["nvcc"])))
+    return tuple(out)
+
+
+def _fa_split_rule(values: dict[str, Any]) -> dict[str, Any]:
+    wheel_format, wheel_remap = values.pop("wheel_rule")
+    return {**values, "wheel_format": wheel_format, "wheel_remap": wheel_remap}
+
+
+_FLASH_ATTN = _Spec(FlashAttn, Table.of(
+    _req("wheel_rule", _fa_rule, (str, dict)), _VERSION, _opt("tag", default=""), _req("python", SpecifierSet),
+    _req("torch", SpecifierSet), _req("nvcc", SpecifierSet), _req("wheel_set", _one_of("wheel_set", "workflow", "none", "unknown")),
+    Field("wheels", _fa_wheels, list, ()), _req("archs", _fa_archs, list), _opt("rocm", SpecifierSet), _strs("rocm_archs"),
+    _strs("kernels"), _flag("kernel_setup_py", False), _CONFIDENCE, _SOURCE),
+    check=lambda x: ("wheels", f"wheels are listed but wheel_set is {x.wheel_set!r}") if x.wheel_set != "workflow" and x.wheels else None,
+    adapt=_fa_split_rule)
+
+
+# ---------------------------------------------------------------- vLLM: builds off PyPI
+
+_VLLM_BUILD_KEYS = {"wheel", "status", "source", "archs", "ptx", "python"}
+
+
+def _vllm_build(key: str, b: Any) -> VllmBuild:
+    if not isinstance(b, dict) or set(b) - _VLLM_BUILD_KEYS - {key} or key not in b or "wheel" not in b:
+        raise ValueError(f'each entry is {{ {key} = "X.Y", wheel = "...", status = "documented", source = "..." }}')
+    if b.get("status", "documented") not in ("verified", "documented"):
+        raise ValueError("status must be verified or documented")
+    wheel = _str_field(b, "wheel", r"vllm-\S+\.whl", "vllm-<v>+cu118-cp<py>-cp<py>-manylinux1_x86_64.whl")
+    return VllmBuild(toolkit=Version(_str_field(b, key)), wheel=wheel, status=b.get("status", "documented"),
+                     source=str(b.get("source", "")),
+                     archs=None if "archs" not in b else _cc_list(b["archs"] if isinstance(b["archs"], list) else None),
+                     ptx=None if "ptx" not in b else CC.parse(_str_field(b, "ptx")),
+                     python=None if "python" not in b else _python_list(b["python"]))
+
+
+def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
+    return lambda items: tuple(_vllm_build(key, b) for b in items)
+
+
+_VLLM = _Spec(Vllm, Table.of(
+    _VERSION, _req("torch", SpecifierSet), _req("python", SpecifierSet), _req("wheels", _nonempty_wheels, list),
+    _opt("wheel_cuda", Version), _opt("wheel_cuda_major", _strict_int, int), _opt("cuda_archs", _cc_list, list),
+    _opt("cuda_ptx", CC.parse), _opt("archs_from", default=""), _strs("rocm_archs"),
+    Field("variants", _vllm_builds("cuda"), list, ()), Field("rocm_wheels", _vllm_builds("rocm"), list, ()),
+    _CONFIDENCE, _SOURCE, _strs("missing_deps"), extra=("python_from", "rocm_archs_from")))
+
+
+# ---------------------------------------------------------------- torch: one row, many versions x variants
+
+_TORCH = Table.of(_req("versions", _version_list, list), _req("python", SpecifierSet), _SOURCE, _req("variants", kind=list))
+
+_VARIANT_HEAD = Table.of(_req("name"), _opt("only", SpecifierSet))
+_VARIANT_BODY = Table.of(
+    _opt("cuda", Version), _opt("rocm", Version), _strs("archs"), _CONFIDENCE, _opt("ptx", CC.parse), _flag("cxx11abi"),
+    _req("python", SpecifierSet), _req("index_url"), _SOURCE, _opt("note", default=""), _flag("pypi", False),
+    _flag("cxx11abi_inferred", False))
+_VARIANT = _VARIANT_HEAD + _VARIANT_BODY
+
+
+def _check_variant(vr: _Row, name: Optional[str], platform: str, archs_known: bool, v: dict[str, Any]) -> None:
+    if name and platform == "cpu" and name != "cpu":
+        vr.bad("name", "a variant without `cuda` or `rocm` must be named 'cpu'")
+    if not archs_known and v["confidence"] != "inferred":
+        vr.bad("archs", "a build without its arch list must say confidence = \"inferred\"")
+    if platform == "cuda":
+        for a in v["archs"] or ():
+            try:
+                CC.parse(a)
+            except ValueError as exc:
+                vr.bad("archs", str(exc))
+
+
+def _torch_variant(r: _Row, version: Version, inherited: dict[str, Any], variant: Any) -> Optional[TorchBuild]:
+    vr = r.nested("torch.variants", variant)
+    if not isinstance(variant, dict):
+        vr.bad("variants", f"expected a table, got {type(variant).__name__}")
+        return None
+    _VARIANT.check_keys(variant, vr.report)
+    head = _VARIANT_HEAD.convert(variant, vr.report)
+    if head["only"] is not None and version not in head["only"]:
+        return None
+    name = head["name"]
+    v = _VARIANT_BODY.convert(variant, vr.report, {**inherited, "index_url": f"https://download.pytorch.org/whl/{name}"})
+    platform = "cuda" if v["cuda"] else "rocm" if v["rocm"] else "cpu"
+    archs_known = "archs" in variant or platform == "cpu"
+    _check_variant(vr, name, platform, archs_known, v)
+    if not vr.ok:
+        return None
+    return TorchBuild(
+        version=version, variant=name, platform=platform, toolkit=v["cuda"] or v["rocm"], archs=v["archs"], ptx=v["ptx"],
+        cxx11abi=v["cxx11abi"], python=v["python"], index_url=v["index_url"], wheel=None, local=name,
+        confidence=v["confidence"], source=v["source"], archs_known=archs_known, note=v["note"], pypi=v["pypi"],
+        abi_known=not v["cxx11abi_inferred"])
+
+
+def _read_torch(rows: list[_Row]) -> list[TorchBuild]:
     out = []
     for r in rows:
-        r.unknown_keys({"version", "torch", "python", "python_from", "wheels", "wheel_cuda", "wheel_cuda_major", "cuda_archs", "cuda_ptx",
-                        "archs_from", "rocm_archs", "rocm_archs_from", "variants", "rocm_wheels", "missing_deps", "confidence", "source"})
-        x = Vllm(
-            version=r.get("version", Version),
-            torch=r.get("torch", SpecifierSet),
-            python=r.get("python", SpecifierSet),
-            wheels=r.get("wheels", _nonempty_wheels, kind=list),
-            wheel_cuda=r.get("wheel_cuda", Version, None),
-            wheel_cuda_major=r.get("wheel_cuda_major", _strict_int, None, kind=int),
-            cuda_archs=r.get("cuda_archs", _cc_list, None, kind=list),
-            cuda_ptx=r.get("cuda_ptx", CC.parse, None),
-            archs_from=r.get("archs_from", _ident, ""),
-            rocm_archs=r.get("rocm_archs", _str_list, (), kind=list),
-            variants=r.get("variants", _vllm_builds("cuda"), (), kind=list),
-            rocm_wheels=r.get("rocm_wheels", _vllm_builds("rocm"), (), kind=list),
-            confidence=r.get("confidence", _confidence, "verified"),
-            source=r.source(),
-            missing_deps=r.get("missing_deps", _str_list, (), kind=list),
-        )
-        if r.ok:
-            out.append(x)
+        row = r.read(_TORCH)
+        if not r.ok:
+            continue
+        inherited = {"python": row["python"], "source": row["source"]}
+        for version in row["versions"]:
+            for variant in row["variants"]:
+                b = _torch_variant(r, version, inherited, variant)
+                if b is not None:
+                    out.append(b)
     return out
 
 
-def _parse_python(rows: list[_Row]) -> list[PythonRelease]:
-    out = []
+# ---------------------------------------------------------------- DTK: a release and the torch builds for it
+
+_DTK = Table.of(_VERSION, _req("rocm"), _opt("image_hint", default=""), _SOURCE, Field("torch", kind=list, default=[]))
+_DTK_TORCH = Table.of(_VERSION, _flag("cxx11abi"), _req("python", SpecifierSet), _req("wheel"), _req("local"), _CONFIDENCE, _SOURCE)
+
+
+def _dtk_torch(d: Dtk, tr: _Row) -> Optional[TorchBuild]:
+    t = tr.read(_DTK_TORCH, {"source": d.source})
+    if not tr.ok:
+        return None
+    return TorchBuild(variant=f"dtk{d.version}", platform="dtk", toolkit=d.version, archs=(), ptx=None, index_url=None, **t)
+
+
+def _read_dtk(rows: list[_Row]) -> tuple[list[Dtk], list[TorchBuild]]:
+    out, builds = [], []
     for r in rows:
-        r.unknown_keys({"version", "tarball", "source"})
-        x = PythonRelease(version=r.get("version", Version), tarball=r.get("tarball", _ident), source=r.source())
-        if r.ok:
-            out.append(x)
-    return out
+        values = r.read(_DTK)
+        if not r.ok:
+            continue
+        torches = values.pop("torch")
+        d = Dtk(**values)
+        out.append(d)
+        for t in torches:
+            b = _dtk_torch(d, r.nested("dtk.torch", t))
+            if b is not None:
+                builds.append(b)
+    return out, builds
 
 
-_OS_LISTS = ("python_packages", "python_runtime", "build_packages", "cpython_build", "cpython_runtime")
+# ---------------------------------------------------------------- the whole file
+
+_TABLES: dict[str, Callable[[list[_Row]], Any]] = {
+    "cuda": _CUDA.read, "gpu": _GPU.read, "gpu_driver": _GPU_DRIVER.read, "torch": _read_torch, "rocm": _ROCM.read,
+    "dtk": _read_dtk, "flash_attn": _FLASH_ATTN.read, "flash_attn_broken": _FA_BROKEN.read,
+    "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
+}
 
 
-def _parse_os(rows: list[_Row]) -> list[OsRelease]:
-    out = []
-    for r in rows:
-        r.unknown_keys({"name", "family", "glibc", "python", "cpu_image", "source", *_OS_LISTS})
-        lists = {k: r.get(k, _str_list, kind=list) for k in _OS_LISTS}
-        x = OsRelease(name=r.get("name", _pattern(r"[a-z]+\d+(\.\d+)?", "ubuntu22.04")),
-                      family=r.get("family", _one_of("family", "debian")), glibc=r.get("glibc", Version),
-                      python=r.get("python", Version), cpu_image=r.get("cpu_image", _ident, None),
-                      source=r.source(), **lists)
-        if r.ok:
-            out.append(x)
-    return out
+def _read_tables(raw: dict, text: str, problems: list[str]) -> dict[str, Any]:
+    if raw.get("schema") != 1:
+        problems.append("top-level `schema = 1` is missing or unsupported")
+    for key in raw:
+        if key != "schema" and key not in _TABLES:
+            problems.append(f"unknown table `{key}`")
+    return {table: read(_rows(raw, text, table, problems)) for table, read in _TABLES.items()}
 
 
 def _duplicates(items: list, key: Callable[[Any], Any], what: str, problems: list[str]) -> None:
@@ -508,81 +436,63 @@ def _duplicates(items: list, key: Callable[[Any], Any], what: str, problems: lis
         seen.add(k)
 
 
+def _check_unique(t: dict[str, Any], problems: list[str]) -> None:
+    torch, (_, dtk_torch) = t["torch"], t["dtk"]
+    _duplicates(t["cuda"], lambda c: c.version, "cuda version", problems)
+    _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
+    _duplicates([b for b in torch if b.pypi], lambda b: str(b.version), "PyPI build (pypi = true) of torch", problems)
+    _duplicates(t["flash_attn"], lambda f: f.version, "flash_attn version", problems)
+    _duplicates(t["vllm"], lambda v: v.version, "vllm version", problems)
+    names = [gpu_name_key(n) for g in t["gpu"] for n in (g.name, *g.aliases)]
+    _duplicates(names, lambda n: n, "gpu name or alias", problems)
+    _duplicates(t["os"], lambda o: o.name, "os name", problems)
+    _duplicates([a for d in t["gpu_driver"] for a in d.archs], lambda a: a.sm, "gpu_driver arch", problems)
+
+
+def _check_references(t: dict[str, Any], problems: list[str]) -> None:
+    torch, oses = t["torch"], t["os"]
+    os_names = {o.name for o in oses}
+    for row in [*t["cuda"], *t["rocm"]]:
+        if row.os is not None and row.os not in os_names:
+            problems.append(f"{type(row).__name__.lower()} {row.version}: os {row.os!r} has no [[os]] row")
+    if sum(1 for o in oses if o.cpu_image) != 1:
+        problems.append("exactly one [[os]] row must name the cpu_image")
+    toolkits = {"cuda": {c.version for c in t["cuda"]}, "rocm": {r.version for r in t["rocm"]}}
+    for b in torch:
+        if b.platform in toolkits and b.toolkit not in toolkits[b.platform]:
+            problems.append(f"torch {b.pin}: {b.platform} {b.toolkit} has no [[{b.platform}]] row")
+    torch_versions = {b.version for b in torch} | {b.version for b in t["dtk"][1]}
+    for v in t["vllm"]:
+        if not any(tv in v.torch for tv in torch_versions):
+            problems.append(f"vllm {v.version}: torch {v.torch} matches no [[torch]] row")
+
+
+def _by_version(items: list) -> tuple:
+    return tuple(sorted(items, key=lambda x: x.version, reverse=True))
+
+
+def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
+    dtk, dtk_torch = t["dtk"]
+    return Matrix(
+        path=path, cuda=_by_version(t["cuda"]), gpus=tuple(t["gpu"]), gpu_drivers=tuple(t["gpu_driver"]),
+        torch=tuple(t["torch"] + dtk_torch), rocm=_by_version(t["rocm"]), dtk=_by_version(dtk),
+        flash_attn=_by_version(t["flash_attn"]), flash_attn_broken=tuple(t["flash_attn_broken"]),
+        torch_abi_breaks=tuple(t["torch_abi_break"]), vllm=_by_version(t["vllm"]), python=_by_version(t["python"]),
+        os=tuple(t["os"]), raw=raw)
+
+
 def parse(text: str, path: str = "matrix.toml") -> Matrix:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError([f"not valid TOML: {exc}"], path) from None
     problems: list[str] = []
-    if raw.get("schema") != 1:
-        problems.append("top-level `schema = 1` is missing or unsupported")
-    known = {"schema", "cuda", "gpu", "gpu_driver", "torch", "rocm", "dtk", "flash_attn", "flash_attn_broken", "torch_abi_break", "vllm", "python", "os"}
-    for key in raw:
-        if key not in known:
-            problems.append(f"unknown table `{key}`")
-    cuda = _parse_cuda(_rows(raw, text, "cuda", problems))
-    gpus = _parse_gpus(_rows(raw, text, "gpu", problems))
-    gpu_drivers = _parse_gpu_drivers(_rows(raw, text, "gpu_driver", problems))
-    torch = _parse_torch(_rows(raw, text, "torch", problems), problems)
-    rocm = _parse_rocm(_rows(raw, text, "rocm", problems))
-    dtk, dtk_torch = _parse_dtk(_rows(raw, text, "dtk", problems), problems)
-    fa = _parse_flash_attn(_rows(raw, text, "flash_attn", problems))
-    fa_broken = _parse_fa_broken(_rows(raw, text, "flash_attn_broken", problems))
-    abi_breaks = _parse_abi_breaks(_rows(raw, text, "torch_abi_break", problems))
-    vllm = _parse_vllm(_rows(raw, text, "vllm", problems))
-    python = _parse_python(_rows(raw, text, "python", problems))
-    oses = _parse_os(_rows(raw, text, "os", problems))
-
-    _duplicates(cuda, lambda c: c.version, "cuda version", problems)
-    _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
-    _duplicates([b for b in torch if b.pypi], lambda b: str(b.version), "PyPI build (pypi = true) of torch", problems)
-    _duplicates(fa, lambda f: f.version, "flash_attn version", problems)
-    _duplicates(vllm, lambda v: v.version, "vllm version", problems)
-    names: list[str] = []
-    for g in gpus:
-        names.extend(gpu_name_key(n) for n in (g.name, *g.aliases))
-    _duplicates(names, lambda n: n, "gpu name or alias", problems)
-    _duplicates(oses, lambda o: o.name, "os name", problems)
-    _duplicates([a for d in gpu_drivers for a in d.archs], lambda a: a.sm, "gpu_driver arch", problems)
-    os_names = {o.name for o in oses}
-    for row in [*cuda, *rocm]:
-        if row.os is not None and row.os not in os_names:
-            problems.append(f"{type(row).__name__.lower()} {row.version}: os {row.os!r} has no [[os]] row")
-    if sum(1 for o in oses if o.cpu_image) != 1:
-        problems.append("exactly one [[os]] row must name the cpu_image")
-    cuda_versions = {c.version for c in cuda}
-    rocm_versions = {r.version for r in rocm}
-    for b in torch:
-        if b.platform == "cuda" and b.toolkit not in cuda_versions:
-            problems.append(f"torch {b.pin}: cuda {b.toolkit} has no [[cuda]] row")
-        if b.platform == "rocm" and b.toolkit not in rocm_versions:
-            problems.append(f"torch {b.pin}: rocm {b.toolkit} has no [[rocm]] row")
-    torch_versions = {b.version for b in torch} | {b.version for b in dtk_torch}
-    for v in vllm:
-        if not any(t in v.torch for t in torch_versions):
-            problems.append(f"vllm {v.version}: torch {v.torch} matches no [[torch]] row")
+    tables = _read_tables(raw, text, problems)
+    _check_unique(tables, problems)
+    _check_references(tables, problems)
     if problems:
         raise MatrixError(list(dict.fromkeys(problems)), path)
-
-    def by_version(items: list) -> tuple:
-        return tuple(sorted(items, key=lambda x: x.version, reverse=True))
-
-    return Matrix(
-        path=path,
-        cuda=by_version(cuda),
-        gpus=tuple(gpus),
-        gpu_drivers=tuple(gpu_drivers),
-        torch=tuple(torch + dtk_torch),
-        rocm=by_version(rocm),
-        dtk=by_version(dtk),
-        flash_attn=by_version(fa),
-        flash_attn_broken=tuple(fa_broken),
-        torch_abi_breaks=tuple(abi_breaks),
-        vllm=by_version(vllm),
-        python=by_version(python),
-        os=tuple(oses),
-        raw=raw,
-    )
+    return _assemble(tables, path, raw)
 
 
 def default_path() -> Path:

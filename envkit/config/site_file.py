@@ -38,55 +38,105 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
-from envkit.errors import InputError
+from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
+from envkit.errors import InputError
 from envkit.model.site import Site
 
-_TABLES = {
-    "apt": {"mirror", "security", "remove_vendor_lists"},
-    "pip": {"index_url", "trusted_hosts", "extra_index_urls"},
-    "rewrite": None,
-    "proxy": {"http", "https", "no_proxy"},
-    "ca": {"cert"},
-    "registry": {"prefix"},
-    "images": None,
-    "dtk": {"devel_image", "runtime_image", "os"},
-}
 _SECRET_KEY = re.compile(r"pass(word)?|token|secret|api[_-]?key|auth", re.I)
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*(:\d+)?")
 
 
 def _bad(path: str, what: str, fix: str) -> InputError:
     return InputError(f"site file {path}: {what}", fix)
 
 
-def _url(path: str, where: str, value: Any) -> str:
+# ---------------------------------------------------------------- converters: their messages follow the key's place
+
+def _url(value: Any) -> str:
     if not isinstance(value, str) or not re.match(r"(https?|file)://\S+$", value):
-        raise _bad(path, f"{where} must be an http(s):// URL, got {value!r}", f"write {where} = \"http://mirror.host/path\"")
+        raise Invalid(f"must be an http(s):// URL, got {value!r}", 'write {where} = "http://mirror.host/path"')
     if re.search(r"[#'\"`$\\;&|<>()\s]", value):
-        raise _bad(path, f"{where} contains a character a URL here may not hold ({value!r})", "percent-encode it or use a plainer mirror path")
+        raise Invalid(f"contains a character a URL here may not hold ({value!r})", "percent-encode it or use a plainer mirror path")
     try:
         parts = urlsplit(value)
         parts.port
     except ValueError as exc:
-        raise _bad(path, f"{where} is not a valid URL ({exc})", "write it as http://host[:port]/path") from None
+        raise Invalid(f"is not a valid URL ({exc})", "write it as http://host[:port]/path") from None
     if parts.username or parts.password:
-        raise _bad(path, f"{where} carries credentials ({parts.username}@...): they would be written into an image layer",
-                   "use a read-only mirror URL without credentials, or log in on the build host (pip keyring/netrc) outside the image")
+        raise Invalid(f"carries credentials ({parts.username}@...): they would be written into an image layer",
+                      "use a read-only mirror URL without credentials, or log in on the build host (pip keyring/netrc) outside the image")
     return value.rstrip("/")
 
 
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
-_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*(:\d+)?")
+_image = text(_IMAGE_REF.pattern, "must be an image reference like registry:5000/name:tag or name@sha256:..., got {value}",
+              "write the image name on one line, without spaces")
+_no_proxy = text(r"[A-Za-z0-9.,/*:_-]*", "must be a comma-separated string of hosts and networks, got {value}",
+                 'write no_proxy = "10.0.0.0/8,.corp.example"')
+_os_name = text(r"[a-z]+\d+(\.\d+)?", 'must name an os like "ubuntu20.04", got {value}', "see envkit matrix show os")
 
 
-def _image(path: str, where: str, value: Any) -> str:
-    if not isinstance(value, str) or not _IMAGE_REF.fullmatch(value):
-        raise _bad(path, f"{where} must be an image reference like registry:5000/name:tag or name@sha256:..., got {value!r}",
-                   "write the image name on one line, without spaces")
-    return value
+def _str_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Invalid("must be a list of strings", 'write {where} = ["..."]')
+    return tuple(value)
+
+
+def _url_list(value: Any) -> tuple[str, ...]:
+    return tuple(_url(u) for u in _str_list(value))
+
+
+def _hosts(value: Any) -> tuple[str, ...]:
+    hosts = _str_list(value)
+    for h in hosts:
+        if not _HOST.fullmatch(h):
+            raise Invalid(f"entry {h!r} is not a host name", 'write host or host:port, e.g. "10.10.1.10"')
+    return hosts
+
+
+def _registry_prefix(value: Any) -> str:
+    if not isinstance(value, str) or "://" in value or not value.strip("/") or not _IMAGE_REF.fullmatch(value):
+        raise Invalid("must be a registry host[/path] without a scheme", 'write prefix = "registry.corp:5000"')
+    return value.strip("/")
+
+
+def _opt(key: str, convert: Callable[[Any], Any], default: Any = None) -> Field:
+    return Field(key, convert, object, default)
+
+
+# ---------------------------------------------------------------- the tables; None: a free map, read by hand
+
+_TABLES: dict[str, Optional[Table]] = {
+    "apt": Table.of(_opt("remove_vendor_lists", boolean, True), _opt("mirror", _url), _opt("security", _url)),
+    "pip": Table.of(_opt("trusted_hosts", _hosts, ()), _opt("index_url", _url), _opt("extra_index_urls", _url_list, ())),
+    "rewrite": None,
+    "proxy": Table.of(_opt("http", _url), _opt("https", _url), _opt("no_proxy", _no_proxy)),
+    "ca": Table.of(_opt("cert", str)),
+    "registry": Table.of(_opt("prefix", _registry_prefix)),
+    "images": None,
+    "dtk": Table.of(_opt("devel_image", _image), _opt("runtime_image", _image), _opt("os", _os_name)),
+}
+
+
+def _raise_problem(path: str, table: str) -> Callable[[Problem], None]:
+    def report(p: Problem) -> None:
+        if p.what == "unknown":
+            raise _bad(path, f"unknown key `{p.key}` in [{table}]", f"allowed keys: {', '.join(p.allowed)}")
+        where = f"[{table}] {p.key}"
+        raise _bad(path, f"{where} {p.why}", p.fix_at(where))
+    return report
+
+
+def _checked(path: str, where: str, convert: Callable[[Any], Any], value: Any) -> Any:
+    """A converter's value, or its refusal as the one-line InputError naming `where`."""
+    try:
+        return convert(value)
+    except Invalid as exc:
+        raise _bad(path, f"{where} {exc.why}", exc.fix.replace("{where}", where)) from None
 
 
 def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
@@ -99,83 +149,75 @@ def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
                        "remove it; give the build host its credentials (docker login, pip keyring) outside the image")
 
 
-def parse(text: str, path: str, read_file=None) -> Site:
-    raw = parse_toml(text, "site file", path)
-    _check_no_secrets(path, raw)
+def _check_tables(path: str, raw: dict) -> None:
     for table, value in raw.items():
         if table not in _TABLES:
             raise _bad(path, f"unknown table [{table}]", f"use only {', '.join('[' + t + ']' for t in _TABLES)}")
         if not isinstance(value, dict):
             raise _bad(path, f"[{table}] must be a table", f"write it as [{table}] with keys below it")
-        allowed = _TABLES[table]
-        if allowed is not None:
-            for key in value:
-                if key not in allowed:
-                    raise _bad(path, f"unknown key `{key}` in [{table}]", f"allowed keys: {', '.join(sorted(allowed))}")
-    apt, pip = raw.get("apt", {}), raw.get("pip", {})
-    remove = apt.get("remove_vendor_lists", True)
-    if not isinstance(remove, bool):
-        raise _bad(path, "[apt] remove_vendor_lists must be true or false", "write remove_vendor_lists = true")
-    mirror = _url(path, "[apt] mirror", apt["mirror"]) if "mirror" in apt else None
-    security = _url(path, "[apt] security", apt["security"]) if "security" in apt else None
+        spec = _TABLES[table]
+        if spec is not None:
+            spec.check_keys(value, _raise_problem(path, table))
 
-    def str_list(where: str, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _bad(path, f"{where} must be a list of strings", f"write {where} = [\"...\"]")
-        return tuple(value)
 
-    rewrites = []
-    for upstream, mirror_url in raw.get("rewrite", {}).items():
-        _url(path, f"[rewrite] key {upstream!r}", upstream)
-        rewrites.append((upstream.rstrip("/"), _url(path, f"[rewrite] {upstream!r}", mirror_url)))
-    proxy = tuple((k, v) for k, v in raw.get("proxy", {}).items())
-    for k, v in proxy:
-        if k != "no_proxy":
-            _url(path, f"[proxy] {k}", v)
-        elif not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9.,/*:_-]*", v):
-            raise _bad(path, f"[proxy] no_proxy must be a comma-separated string of hosts and networks, got {v!r}",
-                       "write no_proxy = \"10.0.0.0/8,.corp.example\"")
-    ca = None
-    if "cert" in raw.get("ca", {}):
-        cert_path = Path(path).parent / str(raw["ca"]["cert"])
-        try:
-            ca = (read_file or Path.read_bytes)(cert_path)
-        except OSError as exc:
-            raise _bad(path, f"[ca] cert {cert_path}: {exc.strerror}", "point cert at a PEM file, relative to the site file") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca:
-            raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate", "give the PEM (BEGIN CERTIFICATE) form")
-    images = []
-    for ref, replacement in raw.get("images", {}).items():
-        images.append((_image(path, "[images] key", ref), _image(path, f"[images] {ref!r}", replacement)))
-    prefix = raw.get("registry", {}).get("prefix")
-    if prefix is not None and (not isinstance(prefix, str) or "://" in prefix or not prefix.strip("/") or not _IMAGE_REF.fullmatch(prefix)):
-        raise _bad(path, "[registry] prefix must be a registry host[/path] without a scheme", "write prefix = \"registry.corp:5000\"")
-    dtk = raw.get("dtk", {})
-    for key in ("devel_image", "runtime_image"):
-        if key in dtk:
-            _image(path, f"[dtk] {key}", dtk[key])
-    if "os" in dtk and (not isinstance(dtk["os"], str) or not re.fullmatch(r"[a-z]+\d+(\.\d+)?", dtk["os"])):
-        raise _bad(path, f"[dtk] os must name an os like \"ubuntu20.04\", got {dtk['os']!r}", "see envkit matrix show os")
-    trusted = str_list("[pip] trusted_hosts", pip.get("trusted_hosts", []))
-    for h in trusted:
-        if not _HOST.fullmatch(h):
-            raise _bad(path, f"[pip] trusted_hosts entry {h!r} is not a host name", "write host or host:port, e.g. \"10.10.1.10\"")
+_MAPS = {"rewrite": _url, "images": _image}
+_READ_ORDER = ("apt", "rewrite", "proxy", "ca", "images", "registry", "dtk", "pip")  # the first problem found is the one named
+
+
+def _read_tables(path: str, raw: dict, read_file: Optional[Callable[[Path], bytes]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for table in _READ_ORDER:
+        spec = _TABLES[table]
+        if spec is None:
+            out[table] = _map(path, raw, table, _MAPS[table])
+        else:
+            out[table] = spec.convert(raw.get(table, {}), _raise_problem(path, table))
+        if table == "ca":
+            out["ca"]["cert"] = _ca_cert(path, out["ca"]["cert"], read_file)
+    return out
+
+
+def _map(path: str, raw: dict, table: str, convert: Callable[[Any], Any]) -> tuple[tuple[str, str], ...]:
+    """A free map ([rewrite], [images]): every key and value checked by `convert`."""
+    return tuple((_checked(path, f"[{table}] key" + (f" {k!r}" if table == "rewrite" else ""), convert, k),
+                  _checked(path, f"[{table}] {k!r}", convert, v)) for k, v in raw.get(table, {}).items())
+
+
+def _ca_cert(path: str, cert: Optional[str], read_file: Optional[Callable[[Path], bytes]]) -> Optional[bytes]:
+    if cert is None:
+        return None
+    cert_path = Path(path).parent / cert
+    try:
+        ca = (read_file or Path.read_bytes)(cert_path)
+    except OSError as exc:
+        raise _bad(path, f"[ca] cert {cert_path}: {exc.strerror}", "point cert at a PEM file, relative to the site file") from None
+    if b"-----BEGIN CERTIFICATE-----" not in ca:
+        raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate", "give the PEM (BEGIN CERTIFICATE) form")
+    return ca
+
+
+def parse(text: str, path: str, read_file: Optional[Callable[[Path], bytes]] = None) -> Site:
+    raw = parse_toml(text, "site file", path)
+    _check_no_secrets(path, raw)
+    _check_tables(path, raw)
+    t = _read_tables(path, raw, read_file)
+    apt, pip, dtk = t["apt"], t["pip"], t["dtk"]
     return Site(
         path=path,
-        apt_mirror=mirror,
-        apt_security=security,
-        remove_vendor_lists=remove,
-        pip_index=_url(path, "[pip] index_url", pip["index_url"]) if "index_url" in pip else None,
-        trusted_hosts=trusted,
-        extra_index_urls=tuple(_url(path, "[pip] extra_index_urls", u) for u in str_list("[pip] extra_index_urls", pip.get("extra_index_urls", []))),
-        rewrites=tuple(rewrites),
-        proxy=proxy,
-        ca_cert=ca,
-        registry_prefix=prefix.strip("/") if prefix else None,
-        images=tuple(images),
-        dtk_devel=dtk.get("devel_image"),
-        dtk_runtime=dtk.get("runtime_image", dtk.get("devel_image")),
-        dtk_os=dtk.get("os"),
+        apt_mirror=apt["mirror"],
+        apt_security=apt["security"],
+        remove_vendor_lists=apt["remove_vendor_lists"],
+        pip_index=pip["index_url"],
+        trusted_hosts=pip["trusted_hosts"],
+        extra_index_urls=pip["extra_index_urls"],
+        rewrites=tuple((upstream.rstrip("/"), mirror) for upstream, mirror in t["rewrite"]),
+        proxy=tuple(raw.get("proxy", {}).items()),
+        ca_cert=t["ca"]["cert"],
+        registry_prefix=t["registry"]["prefix"],
+        images=t["images"],
+        dtk_devel=dtk["devel_image"],
+        dtk_runtime=dtk["runtime_image"] or dtk["devel_image"],
+        dtk_os=dtk["os"],
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from envkit.config.fields import Field, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text

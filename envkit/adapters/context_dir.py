@@ -63,10 +63,10 @@ def write_tree(out: str, files: dict[str, bytes], force: bool) -> None:
         files = {**files, GENERATED_LIST: ("\n".join(sorted(files)) + "\n").encode()}
         tmp = Path(tempfile.mkdtemp(prefix=".envkit-staging-", dir=target))
         try:
-            for rel, data in files.items():
+            for rel, content in files.items():
                 p = tmp / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_bytes(data)
+                p.write_bytes(content)
                 p.chmod(0o755 if rel.endswith((".sh", ".py")) else 0o644)
             for rel in files:
                 dest = target / rel

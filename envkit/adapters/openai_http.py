@@ -17,7 +17,7 @@ def one_request(url: str, model: str, prompt, output_len: int, timeout: float = 
     res = RequestResult(ok=False, prompt_tokens=len(prompt) if isinstance(prompt, list) else 0)
     conn = None
     try:
-        conn = conn_cls(parts.hostname, parts.port, timeout=timeout)
+        conn = conn_cls(parts.hostname or "", parts.port, timeout=timeout)
         conn.request("POST", (parts.path.rstrip("/") or "") + "/v1/completions", body=body, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:

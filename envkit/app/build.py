@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from envkit.config.lockfile import LOCK_NAME
+from envkit.adapters.bundle_dir import verify
+from envkit.adapters.engine import Engine
 from envkit.adapters.image_build import _engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
@@ -71,11 +73,8 @@ class DryRun:
 Outcome = Union[Built, DryRun, Unsolved]
 
 
-def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[object], dict]:
+def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], dict[str, Any]]:
     """The preflight's facts, the engine (None when it does not answer) and the parsed plan."""
-    from envkit.adapters.bundle_dir import verify
-    from envkit.adapters.engine import Engine
-
     if not (context / "Dockerfile").is_file() or not (context / "envkit.plan.json").is_file():
         raise InputError(f"{context} is not an envkit build context (no Dockerfile / envkit.plan.json)",
                          "pass the directory written by envkit bundle (--bundle) or envkit generate (-o)")
@@ -194,6 +193,8 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
     network_used = "none" if offline else network
     result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache)
+    if not result.image_id:
+        raise ExternalError("the engine finished the build without naming the image it made", "run the build again with --no-cache")
     engine.tag(result.image_id, ref)
-    return Built(image=ref, image_id=result.image_id or "", size=engine.size(ref), seconds=result.seconds, network=network_used,
+    return Built(image=ref, image_id=result.image_id, size=engine.size(ref), seconds=result.seconds, network=network_used,
                  offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages))

@@ -48,7 +48,11 @@ def sweep(url: str, model: str, concurrency: list, requests: list,
           progress: Optional[Callable[[int, int, int], None]] = None) -> list:
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
     one_request(url, model, requests[0][0], 2)  # warm-up, not counted
-    return [run_level(url, model, requests, c, (lambda d, n, c=c: progress(c, d, n)) if progress else None) for c in concurrency]
+
+    def at(level: int) -> Optional[Callable[[int, int], None]]:
+        return None if progress is None else (lambda done, total: progress(level, done, total))
+
+    return [run_level(url, model, requests, c, at(c)) for c in concurrency]
 
 
 @dataclass(frozen=True)

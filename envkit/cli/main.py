@@ -3,6 +3,7 @@ the outcome with envkit/ui; `main` is the one place that turns an EnvkitError in
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import typer
 
@@ -11,11 +12,14 @@ from envkit.errors import EnvkitError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Resolve, generate, build and self-test GPU environments for LLM serving.")
-for command in (stack.resolve, stack.generate, stack.bundle, stack.build, checks.selftest, checks.doctor, checks.inspect):
+COMMANDS: tuple[Callable[..., None], ...] = (stack.resolve, stack.generate, stack.bundle, stack.build, checks.selftest,
+                                             checks.doctor, checks.inspect)
+MATRIX_COMMANDS: tuple[Callable[..., None], ...] = (matrix.export, matrix.check, matrix.refresh, matrix.show)
+for command in COMMANDS:
     app.command()(command)
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Inspect and validate matrix.toml.")
-for command in (matrix.export, matrix.check, matrix.refresh, matrix.show):
+for command in MATRIX_COMMANDS:
     matrix_app.command(command.__name__)(command)
 app.add_typer(matrix_app, name="matrix")
 

@@ -93,8 +93,13 @@ class Solution:
     sources: tuple[str, ...]
 
     @property
-    def _toolkit_text(self) -> str:
+    def toolkit_text(self) -> str:
+        """The toolkit's version as its vendor writes it (DTK 24.04, CUDA 12.4); empty on the CPU."""
+        if self.toolkit is None:
+            return ""
         return dtk_text(self.toolkit) if self.platform == "dtk" else str(self.toolkit)
+
+    _toolkit_text = toolkit_text
 
     def flat(self) -> dict[str, str]:
         """The few fields people compare: what case files match on."""
@@ -104,7 +109,7 @@ class Solution:
         elif self.platform == "rocm":
             out["rocm"] = str(self.toolkit)
         elif self.platform == "dtk":
-            out["dtk"] = dtk_text(self.toolkit)
+            out["dtk"] = self.toolkit_text
         if self.flash_attn:
             out["flash_attn"] = str(self.flash_attn.version)
             out["flash_attn_build"] = self.flash_attn.build
@@ -220,7 +225,7 @@ class SolutionRecord:
         torch = doc.get("torch")
         if not isinstance(doc.get("platform"), str) or not isinstance(torch, dict) or not isinstance(torch.get("pin"), str):
             raise ValueError("a solution names its platform and torch pin")
-        part = {k: doc.get(k) if isinstance(doc.get(k), dict) else {} for k in ("toolkit", "flash_attn", "vllm")}
+        part: dict[str, dict[str, Any]] = {k: v if isinstance(v := doc.get(k), dict) else {} for k in ("toolkit", "flash_attn", "vllm")}
         abi = torch.get("cxx11abi")
         return cls(platform=doc["platform"], python=str(doc.get("python") or ""), torch_pin=torch["pin"],
                    torch_cxx11abi=abi if isinstance(abi, bool) else None,

@@ -164,13 +164,13 @@ def _panel(c: Canvas, ox: int, oy: int, w: int, h: int, p: Panel, x_label: str) 
     for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
         if y0 is not None and y1 is not None:
             c.line(x0, y0, x1, y1, BLUE, 3)
-    for px, py in pts:
-        if py is None:
+    for px, mark in pts:
+        if mark is None:
             c.line(px - 8, bottom - 8, px + 8, bottom + 8, RED, 3)
             c.line(px - 8, bottom + 8, px + 8, bottom - 8, RED, 3)
             c.text(px, bottom - 28, "FAILED", RED, anchor="center")
         else:
-            c.rect(px - 4, py - 4, px + 4, py + 4, BLUE)
+            c.rect(px - 4, mark - 4, px + 4, mark + 4, BLUE)
 
 
 def sweep_chart(doc: dict) -> bytes:

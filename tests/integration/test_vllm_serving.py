@@ -176,7 +176,7 @@ def test_lambada_on_a_model_without_its_tokenizer_is_a_failed_check(vllm_server,
 
 
 def test_parity_judges_the_fast_path_against_the_eager_paths_own_error():
-    code = ("import sys, torch; sys.path.insert(0, 'envkit'); import selftest as s\n"
+    code = ("import sys, torch; sys.path.insert(0, 'envkit/inimage'); import selftest as s\n"
             "torch.manual_seed(0); ref = torch.randn(8, 100); noise = torch.randn(8, 100) * 0.01\n"
             "print(s._compare(ref + 0.01 * ref.abs().max(), ref, ref, 'x')['ok'],\n"      # float32: 1 % of the largest logit is too far
             "      s._compare(ref + 1.5 * noise, ref + noise, ref, 'x')['ok'],\n"          # bf16-like: 1.5x the eager error passes

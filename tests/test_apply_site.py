@@ -10,7 +10,7 @@ import pytest
 
 from envkit.adapters.context_dir import load_templates
 from envkit.model.plan import Options
-from envkit.core.plan import plan
+from envkit.core.planner import plan
 from envkit.core.render import render
 from envkit.core.resolve import parse_query, resolve
 from envkit.config.site_file import parse

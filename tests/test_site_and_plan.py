@@ -7,7 +7,7 @@ from envkit.config import matrix_file as mx
 from envkit.errors import InputError
 from envkit.app.generate import solve
 from envkit.model.plan import Options
-from envkit.core.plan import plan
+from envkit.core.planner import plan
 from envkit.core.render import check_offline
 from envkit.core.resolve import parse_query, resolve
 from envkit.model.site import Site

@@ -97,12 +97,13 @@ def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[s
 
 def fetch_debs(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Say) -> None:
     from envkit.adapters.debrepo import write_index
+    from envkit.model.plan import AptStep
 
     for stage in plan.stages:
-        step = next((s for s in stage.steps if s.template == "apt-offline"), None)
-        if step is None:
+        apt = next((s.payload for s in stage.steps if isinstance(s.payload, AptStep) and s.payload.from_carried_repository), None)
+        if apt is None:
             continue
-        packages = step.var("packages").replace("\\", " ").split()
+        packages = apt.packages
         d = out / "debs" / stage.name
         d.mkdir(parents=True, exist_ok=True)
         _ensure_image(engine, stage.image, say)

@@ -9,7 +9,7 @@ from envkit.config import matrix_file as mx
 from envkit.errors import InputError
 from envkit.model.matrix import Matrix
 from envkit.model.plan import BuildPlan, Options
-from envkit.core.plan import base_os, plan
+from envkit.core.planner import base_os, plan
 from envkit.core.render import render
 from envkit.model.solution import Result, Unsolved
 from envkit.model.flags import ResolveFlags

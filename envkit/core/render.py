@@ -1,5 +1,8 @@
 """The renderer: a pure function from a BuildPlan and the templates in dockerfiles/ to the files of a
 build context (Dockerfile, the small scripts it runs, the lock and the plan). Same input, same bytes.
+
+Only the renderer writes Dockerfile syntax: each step payload type has one function that fills its
+fragment from dockerfiles/fragments/ (joins, line continuations, argument order).
 """
 from __future__ import annotations
 
@@ -7,18 +10,23 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import singledispatch
 from string import Template
-from typing import Mapping
+from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from envkit import __version__
 from envkit.errors import InputError
-from envkit.model.plan import WHEELHOUSE, BuildPlan, Stage, Step
+from envkit.model.plan import (
+    WHEELHOUSE, AptStep, BuildPlan, CopyVenvStep, CopyWheelStep, ImportCheckStep, KernelsStep, LabelsStep, PipStep,
+    PythonTarballStep, SiteSettingsStep, Step, StepPayload, VenvStep,
+)
 
 STAGE_WHY = {
     "build": "devel image; compiles what must be compiled, installs everything into one venv",
     "runtime": "runtime image; the venv from the build stage, no compiler",
 }
+APT_PACKAGE_SEPARATOR = " \\\n        "  # one package a line, continued, aligned under apt-get
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ def _label_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
 
 
-def json_bytes(doc: dict) -> bytes:
+def json_bytes(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
@@ -73,41 +81,100 @@ def _pip_conf(plan: BuildPlan) -> bytes | None:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _step_text(plan: BuildPlan, stage: Stage, step: Step, templates: Templates, state: dict) -> str:
-    v = dict(step.vars)
-    o = plan.options
-    if step.template == "pip":
-        args = v["pip_source"] + " " if v["pip_source"] else ""
-        return _t(templates, "pip", args=args, packages=v["packages"])
-    if step.template == "venv":
-        copy = f"COPY wheelhouse/ {WHEELHOUSE}/\n" if v["wheelhouse"] else ""
-        return _t(templates, "venv", copy_wheelhouse=copy, python=v["python"], venv=v["venv"])
-    if step.template == "kernels":
-        prelude = ""
-        if not state.get("kernels"):
-            state["kernels"] = True
-            prelude = (f"COPY sources/{v['sdist']} /opt/envkit/sources/\n"
-                       "COPY envkit/build_flash_attn.py /opt/envkit/\n"
-                       f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
-        return _t(templates, "kernels", prelude=prelude, **{k: v[k] for k in ("sdist", "targets", "arch_list", "host_march")})
-    if step.template == "copy-venv":
-        copy_python = f"COPY --from=build {v['python_prefix']} {v['python_prefix']}\n" if v["python_prefix"] else ""
-        return _t(templates, "copy-venv", copy_python=copy_python, venv=v["venv"])
-    if step.template == "labels":
-        sol_json = json.dumps(plan.solution.to_dict(), sort_keys=True, separators=(",", ":"))
-        return _t(templates, "labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
-                  envkit_version=__version__, lock_sha256=state["lock_sha256"], solution_json=_label_value(sol_json))
-    return _t(templates, step.template, **v)
+@dataclass(frozen=True)
+class _Rendering:
+    """What a step's text may need beyond its payload."""
+
+    plan: BuildPlan
+    templates: Templates
+    lock_sha256: str
+    first_kernels_step: Optional[str]  # the step that copies the sdist and the build script in
+
+    def fragment(self, name: str, **values: str) -> str:
+        return _t(self.templates, name, **values)
+
+
+@singledispatch
+def _payload_text(payload: StepPayload, step: Step, r: _Rendering) -> str:
+    raise TypeError(f"step `{step.id}`: no Dockerfile fragment renders {type(payload).__name__}")
+
+
+@_payload_text.register
+def _site(payload: SiteSettingsStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("site", stage=payload.stage)
+
+
+@_payload_text.register
+def _apt(payload: AptStep, step: Step, r: _Rendering) -> str:
+    packages = APT_PACKAGE_SEPARATOR.join(payload.packages)
+    if payload.from_carried_repository:
+        return r.fragment("apt-offline", stage=payload.stage, packages=packages)
+    return r.fragment("apt", packages=packages)
+
+
+@_payload_text.register
+def _python_tarball(payload: PythonTarballStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("python-tarball", tarball=payload.tarball, prefix=payload.prefix)
+
+
+@_payload_text.register
+def _venv(payload: VenvStep, step: Step, r: _Rendering) -> str:
+    copy = f"COPY wheelhouse/ {WHEELHOUSE}/\n" if payload.wheelhouse else ""
+    return r.fragment("venv", copy_wheelhouse=copy, python=payload.python, venv=payload.venv)
+
+
+@_payload_text.register
+def _pip(payload: PipStep, step: Step, r: _Rendering) -> str:
+    args = "".join(f"{arg} " for arg in payload.pip_source)
+    return r.fragment("pip", args=args, packages=" ".join(payload.packages))
+
+
+@_payload_text.register
+def _copy_wheel(payload: CopyWheelStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("copy-wheel", wheel=payload.wheel)
+
+
+@_payload_text.register
+def _kernels(payload: KernelsStep, step: Step, r: _Rendering) -> str:
+    prelude = ""
+    if step.id == r.first_kernels_step:
+        o = r.plan.options
+        prelude = (f"COPY sources/{payload.sdist} /opt/envkit/sources/\n"
+                   "COPY envkit/build_flash_attn.py /opt/envkit/\n"
+                   f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
+    return r.fragment("kernels", prelude=prelude, sdist=payload.sdist, targets=",".join(payload.targets),
+                      arch_list=";".join(payload.arch_list), host_march=payload.host_march)
+
+
+@_payload_text.register
+def _copy_venv(payload: CopyVenvStep, step: Step, r: _Rendering) -> str:
+    prefix = payload.python_prefix
+    copy_python = f"COPY --from=build {prefix} {prefix}\n" if prefix else ""
+    return r.fragment("copy-venv", copy_python=copy_python, venv=payload.venv)
+
+
+@_payload_text.register
+def _import_check(payload: ImportCheckStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("import-check", modules=", ".join(payload.modules))
+
+
+@_payload_text.register
+def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
+    plan = r.plan
+    sol_json = json.dumps(plan.solution.to_dict(), sort_keys=True, separators=(",", ":"))
+    return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
+                      envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json))
 
 
 def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str) -> str:
+    first_kernels = next((st.id for s in plan.stages for st in s.steps if isinstance(st.payload, KernelsStep)), None)
+    rendering = _Rendering(plan, templates, lock_sha256, first_kernels)
     out = [_t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)]
-    state: dict = {"lock_sha256": lock_sha256}
     for stage in plan.stages:
         out.append(_t(templates, "from", stage=stage.name, image=stage.image, why=STAGE_WHY[stage.name]))
         for step in stage.steps:
             out.append(f"\n# [{step.id}] {step.title}: {step.why}\n")
-            out.append(_step_text(plan, stage, step, templates, state))
+            out.append(_payload_text(step.payload, step, rendering))
     text = "".join(out)
     if plan.options.offline:
         check_offline(text)
@@ -130,7 +197,7 @@ def check_offline(text: str) -> None:
                              "carry the artifact in the build context (envkit bundle) instead")
 
 
-def render(plan: BuildPlan, templates: Templates, command: str, lock: dict) -> dict[str, bytes]:
+def render(plan: BuildPlan, templates: Templates, command: str, lock: Mapping[str, Any]) -> dict[str, bytes]:
     """Every file of the generated build context, by relative path."""
     lock_bytes = json_bytes(lock)
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
@@ -142,9 +209,9 @@ def render(plan: BuildPlan, templates: Templates, command: str, lock: dict) -> d
         ".dockerignore": b"# the base image tarballs and the manifest stay out of the build context\nimages/\nmanifest.json\n*.part\n",
         "envkit/selftest.py": templates.scripts["selftest.py"],
     }
-    if any(st.template == "kernels" for s in plan.stages for st in s.steps):
+    if plan.compiles_kernels:
         files["envkit/build_flash_attn.py"] = templates.scripts["build_flash_attn.py"]
-    if any(st.template == "site" for s in plan.stages for st in s.steps):
+    if any(isinstance(st.payload, SiteSettingsStep) for s in plan.stages for st in s.steps):
         files["envkit/site/apply-site.sh"] = templates.scripts["apply-site.sh"]
         files["envkit/site/site.env"] = _site_env(plan)
         pip_conf = _pip_conf(plan)

@@ -1,27 +1,133 @@
-"""The build plan as values: stages, steps, carried files and the options that shaped them."""
-from __future__ import annotations
-from dataclasses import dataclass, field
-from typing import Optional
-from envkit.model.matrix import OsRelease
-from envkit.model.solution import Solution
-from envkit.model.site import Site
-from envkit.inimage.build_flash_attn import DEFAULT_HOST_MARCH
+"""The build plan as values: stages, typed steps, carried files and the options that shaped them.
 
+Pure data. A step's payload says what the step does in typed fields (package lists stay tuples);
+only the renderer (envkit.core.render) turns payloads into Dockerfile text. `BuildPlan.to_dict()`
+is the envkit.plan.json document; `BuildPlan.from_json()` reads that document back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal, Mapping, Optional, Union
+
+from envkit.errors import InputError
+from envkit.inimage.build_flash_attn import DEFAULT_HOST_MARCH
+from envkit.model.matrix import OsRelease
+from envkit.model.site import Site
+from envkit.model.solution import Solution
 
 VENV = "/opt/venv"
-
-
-
 PYTHON_PREFIX = "/opt/python"
-
-
-
 WHEELHOUSE = "/opt/envkit/wheelhouse"
-
-
-
 PYTHON_FTP = "https://www.python.org/ftp/python"
+PLAN_SCHEMA = 1
 
+PythonSource = Literal["distro", "tarball"]
+StageName = Literal["build", "runtime"]
+
+
+class Network(str, Enum):
+    """What a step reaches over the network."""
+
+    NONE = "none"
+    SITE = "site"  # the site's own mirrors
+    INTERNET = "internet"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# ---------------------------------------------------------------- step payloads
+
+
+@dataclass(frozen=True)
+class SiteSettingsStep:
+    """Apply the site's mirrors, CA certificate and vendor-list removal in this stage."""
+
+    stage: StageName
+
+
+@dataclass(frozen=True)
+class AptStep:
+    """Install distribution packages; from the carried flat repository debs/<stage>/ when offline."""
+
+    stage: StageName
+    packages: tuple[str, ...]
+    from_carried_repository: bool = False
+
+
+@dataclass(frozen=True)
+class PythonTarballStep:
+    """Build CPython from the carried source tarball into `prefix`."""
+
+    tarball: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class VenvStep:
+    """Create the virtual environment; `wheelhouse`: copy the carried wheels in first."""
+
+    python: str
+    venv: str
+    wheelhouse: bool
+
+
+@dataclass(frozen=True)
+class PipStep:
+    """pip install `packages`; `find_links`: only from that directory (no index at all)."""
+
+    packages: tuple[str, ...]
+    find_links: Optional[str] = None
+    extra_index_url: Optional[str] = None
+
+    @property
+    def pip_source(self) -> tuple[str, ...]:
+        """pip's arguments that say where packages come from."""
+        local = ("--no-index", "--find-links", self.find_links) if self.find_links else ()
+        extra = ("--extra-index-url", self.extra_index_url) if self.extra_index_url else ()
+        return local + extra
+
+
+@dataclass(frozen=True)
+class CopyWheelStep:
+    """Copy one carried wheel from the build context into the wheelhouse."""
+
+    wheel: str
+
+
+@dataclass(frozen=True)
+class KernelsStep:
+    """Compile flash-attn (or its csrc kernels) from the carried sdist with build_flash_attn.py."""
+
+    sdist: str
+    targets: tuple[str, ...]
+    arch_list: tuple[str, ...]
+    host_march: str
+
+
+@dataclass(frozen=True)
+class CopyVenvStep:
+    """Copy the venv (and a CPython built from source) from the build stage."""
+
+    venv: str
+    python_prefix: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ImportCheckStep:
+    """Import every compiled module, so an ABI mismatch fails the build."""
+
+    modules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LabelsStep:
+    """OCI labels and the resolved solution; their text comes from the plan itself."""
+
+
+StepPayload = Union[SiteSettingsStep, AptStep, PythonTarballStep, VenvStep, PipStep, CopyWheelStep,
+                    KernelsStep, CopyVenvStep, ImportCheckStep, LabelsStep]
 
 
 @dataclass(frozen=True)
@@ -29,24 +135,26 @@ class Step:
     id: str
     title: str
     why: str
-    template: str
-    vars: tuple[tuple[str, str], ...] = ()
-    network: str = "none"  # none | site | internet
+    payload: StepPayload
+    network: Network = Network.NONE
     reaches: tuple[str, ...] = ()
 
     def var(self, key: str) -> str:
-        return dict(self.vars)[key]
-
+        """A payload field as plain text (sequences space-separated), for readers that look fields up
+        by name. The renderer reads the typed fields instead."""
+        value = getattr(self.payload, key)
+        if isinstance(value, tuple):
+            return " ".join(str(item) for item in value)
+        return "" if value is None else str(value)
 
 
 @dataclass(frozen=True)
 class Stage:
-    name: str
+    name: StageName
     image: str
     upstream_image: str
     os: OsRelease
     steps: tuple[Step, ...]
-
 
 
 @dataclass(frozen=True)
@@ -56,7 +164,6 @@ class Carried:
     origin: str
 
 
-
 @dataclass(frozen=True)
 class Options:
     offline: bool = False
@@ -64,6 +171,93 @@ class Options:
     max_jobs: Optional[int] = None
     nvcc_threads: Optional[int] = None
 
+
+# ---------------------------------------------------------------- the envkit.plan.json document
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: str
+    title: str
+    why: str
+    network: Network
+    reaches: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    image: str
+    upstream_image: str
+    os: str
+    steps: tuple[StepRecord, ...]
+
+
+@dataclass(frozen=True)
+class PlanDocument:
+    """What envkit.plan.json records of a plan: every step and why, what the context carries and what
+    is installed. It holds neither the solution nor the step payloads (envkit.lock.json and the
+    Dockerfile do)."""
+
+    offline: bool
+    compiles_kernels: bool
+    max_jobs: Optional[int]
+    nvcc_threads: Optional[int]
+    site: Optional[str]
+    stack: str
+    python_source: PythonSource
+    stages: tuple[StageRecord, ...]
+    context: tuple[Carried, ...]
+    requirements: tuple[str, ...]
+    wheel_sources: tuple[tuple[str, Optional[str]], ...]
+    build_args: tuple[tuple[str, str], ...]
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": PLAN_SCHEMA,
+            "offline": self.offline,
+            "compile": {"kernels": self.compiles_kernels, "max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads},
+            "site": self.site,
+            "stack": self.stack,
+            "python_source": self.python_source,
+            "stages": [{"name": s.name, "image": s.image, "upstream_image": s.upstream_image, "os": s.os,
+                        "steps": [{"id": st.id, "title": st.title, "why": st.why, "network": st.network.value,
+                                   "reaches": list(st.reaches)} for st in s.steps]} for s in self.stages],
+            "context": [{"path": c.path, "what": c.what, "origin": c.origin} for c in self.context],
+            "requirements": list(self.requirements),
+            "wheel_sources": [{"requirement": r, "index": i} for r, i in self.wheel_sources],
+            "build_args": dict(self.build_args),
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PlanDocument:
+        if doc.get("schema") != PLAN_SCHEMA:
+            raise InputError(f"envkit.plan.json has schema {doc.get('schema')!r}, this envkit reads schema {PLAN_SCHEMA}",
+                             "regenerate the context with this envkit (envkit generate or envkit bundle)")
+        python_source = doc["python_source"]
+        if python_source not in ("distro", "tarball"):
+            raise InputError(f"envkit.plan.json: python_source {python_source!r} is neither 'distro' nor 'tarball'",
+                             "regenerate the context with this envkit (envkit generate or envkit bundle)")
+        return cls(
+            offline=bool(doc["offline"]),
+            compiles_kernels=bool(doc["compile"]["kernels"]),
+            max_jobs=doc["compile"]["max_jobs"],
+            nvcc_threads=doc["compile"]["nvcc_threads"],
+            site=doc["site"],
+            stack=doc["stack"],
+            python_source=python_source,
+            stages=tuple(StageRecord(s["name"], s["image"], s["upstream_image"], s["os"],
+                                     tuple(StepRecord(st["id"], st["title"], st["why"], Network(st["network"]),
+                                                      tuple(st["reaches"])) for st in s["steps"]))
+                         for s in doc["stages"]),
+            context=tuple(Carried(c["path"], c["what"], c["origin"]) for c in doc["context"]),
+            requirements=tuple(doc["requirements"]),
+            wheel_sources=tuple((w["requirement"], w["index"]) for w in doc["wheel_sources"]),
+            build_args=tuple(doc["build_args"].items()),
+            warnings=tuple(doc["warnings"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -77,27 +271,30 @@ class BuildPlan:
     wheel_sources: tuple[tuple[str, Optional[str]], ...]
     build_args: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
-    python_source: str  # "distro" | "tarball"
+    python_source: PythonSource
     stack: str = field(default="")
 
-    def to_dict(self) -> dict:
-        return {
-            "schema": 1,
-            "offline": self.options.offline,
-            "compile": {"kernels": any(st.template == "kernels" for s in self.stages for st in s.steps),
-                        "max_jobs": self.options.max_jobs, "nvcc_threads": self.options.nvcc_threads},
-            "site": self.site.path or None,
-            "stack": self.stack,
-            "python_source": self.python_source,
-            "stages": [{"name": s.name, "image": s.image, "upstream_image": s.upstream_image, "os": s.os.name,
-                        "steps": [{"id": st.id, "title": st.title, "why": st.why, "network": st.network,
-                                   "reaches": list(st.reaches)} for st in s.steps]} for s in self.stages],
-            "context": [{"path": c.path, "what": c.what, "origin": c.origin} for c in self.carried],
-            "requirements": list(self.requirements),
-            "wheel_sources": [{"requirement": r, "index": i} for r, i in self.wheel_sources],
-            "build_args": dict(self.build_args),
-            "warnings": list(self.warnings),
-        }
+    @property
+    def compiles_kernels(self) -> bool:
+        return any(isinstance(st.payload, KernelsStep) for s in self.stages for st in s.steps)
 
+    def document(self) -> PlanDocument:
+        return PlanDocument(
+            offline=self.options.offline, compiles_kernels=self.compiles_kernels,
+            max_jobs=self.options.max_jobs, nvcc_threads=self.options.nvcc_threads,
+            site=self.site.path or None, stack=self.stack, python_source=self.python_source,
+            stages=tuple(StageRecord(s.name, s.image, s.upstream_image, s.os.name,
+                                     tuple(StepRecord(st.id, st.title, st.why, st.network, st.reaches) for st in s.steps))
+                         for s in self.stages),
+            context=self.carried, requirements=self.requirements, wheel_sources=self.wheel_sources,
+            build_args=self.build_args, warnings=self.warnings)
 
-DEFAULT_HOST_MARCH = "x86-64-v2"
+    def to_dict(self) -> dict[str, Any]:
+        """The envkit.plan.json document."""
+        return self.document().to_dict()
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PlanDocument:
+        """Read an envkit.plan.json document back. The document does not hold the solution or the step
+        payloads, so what comes back is its typed record, whose to_dict() gives the document again."""
+        return PlanDocument.from_json(doc)

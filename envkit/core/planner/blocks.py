@@ -1,0 +1,460 @@
+"""The planner's building blocks, one per component of the image, in the manner of hpccm's: a block
+says what it adds to the build stage (build_steps), what the runtime stage needs of it
+(runtime_steps, hpccm's `Stage1 += Stage0.runtime()`), what the build context must carry for it
+(carried), the distribution packages it needs (apt), what it installs (requirements,
+wheel_sources), the modules the runtime import check imports (modules) and what the user should
+know (warnings).
+
+Pure: a block is a frozen value and every method reads the PlanContext and returns tuples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from envkit.core.planner.context import PlanContext
+from envkit.model.matrix import PythonRelease, TorchBuild, Vllm
+from envkit.model.plan import (
+    PYTHON_FTP, PYTHON_PREFIX, VENV, WHEELHOUSE, AptStep, Carried, CopyVenvStep, CopyWheelStep, ImportCheckStep,
+    KernelsStep, LabelsStep, PipStep, PythonTarballStep, SiteSettingsStep, StageName, Step, VenvStep,
+)
+from envkit.model.solution import FlashAttnPlan, KernelPlan
+
+# Build tools pinned once, for every Python from 3.8 on (each ships a py3 or abi3 wheel).
+BUILD_TOOLS = ("setuptools==69.5.1", "wheel==0.43.0", "packaging==24.0", "ninja==1.11.1.1", "psutil==5.9.8")
+FLASH_ATTN_DEPS = ("einops==0.7.0",)
+FLASH_ATTN_CUDA_ARCHS_SINCE = Version("2.7.3")  # older setup.py files hard-code sm_80/sm_90
+
+WheelSource = tuple[str, Optional[str]]  # what `envkit bundle` downloads: (spec or URL, extra index)
+
+
+@dataclass(frozen=True)
+class AptNeed:
+    packages: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Block:
+    """A component of the image. Every method defaults to adding nothing."""
+
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        return ()
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return ()
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return ()
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        return ()
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return ()
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return ()
+
+    def modules(self) -> tuple[str, ...]:
+        return ()
+
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        return ()
+
+
+def sdist_name(version: Version) -> str:
+    return f"flash_attn-{version}.tar.gz"
+
+
+def carried_sdist(version: Version) -> Carried:
+    return Carried(f"sources/{sdist_name(version)}", f"flash-attn {version} sdist", f"https://pypi.org/project/flash-attn/{version}/#files")
+
+
+@dataclass(frozen=True)
+class SiteSettings(Block):
+    """The site's mirrors, CA certificate and vendor-list removal, first in each stage."""
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return self._step(ctx, "build")
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return self._step(ctx, "runtime")
+
+    @staticmethod
+    def _step(ctx: PlanContext, stage: StageName) -> tuple[Step, ...]:
+        if not (ctx.site.given or ctx.offline):
+            return ()
+        return (Step(f"{stage}-site", "site mirrors", "; ".join(SiteSettings._what(ctx)) or "site settings", SiteSettingsStep(stage)),)
+
+    @staticmethod
+    def _what(ctx: PlanContext) -> tuple[str, ...]:
+        site = ctx.site
+        if ctx.offline:
+            sources: tuple[Optional[str], ...] = ("apt uses only the carried repository (debs/), pip only the wheelhouse",)
+        else:
+            sources = ("apt points at the site mirror (sources.list and deb822 .sources)" if site.apt_mirror else None,
+                       "pip points at the site index" if site.pip_index else None)
+        vendor = "NVIDIA/ROCm vendor apt lists that reach the internet are removed" if site.remove_vendor_lists or ctx.offline else None
+        ca = "the site CA certificate is trusted" if site.ca_cert else None
+        return tuple(text for text in (*sources, vendor, ca) if text)
+
+
+@dataclass(frozen=True)
+class AptPackages(Block):
+    """One apt install per stage, of what the other blocks need there (sorted, each once)."""
+
+    stage: StageName
+    needs: tuple[AptNeed, ...]
+
+    @classmethod
+    def gather(cls, stage: StageName, blocks: tuple[Block, ...], ctx: PlanContext) -> AptPackages:
+        return cls(stage, tuple(need for block in blocks for need in block.apt(ctx, stage)))
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return tuple(sorted({package for need in self.needs for package in need.packages}))
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return self._step(ctx) if self.stage == "build" else ()
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return self._step(ctx) if self.stage == "runtime" else ()
+
+    def _step(self, ctx: PlanContext) -> tuple[Step, ...]:
+        step_id, why = f"{self.stage}-apt", "; ".join(need.why for need in self.needs)
+        if ctx.offline:
+            return (Step(step_id, "apt packages (carried)", why, AptStep(self.stage, self.packages, from_carried_repository=True)),)
+        return (Step(step_id, "apt packages", why, AptStep(self.stage, self.packages), ctx.network.apt(step_id, ctx.os.name)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        if not ctx.offline:
+            return ()
+        return (Carried(f"debs/{self.stage}/", f"flat apt repository (Packages + .deb) for: {' '.join(self.packages)}",
+                        f"apt-get download in {ctx.os.name} (envkit bundle)"),)
+
+
+@dataclass(frozen=True)
+class DistroPython(Block):
+    """The base image's distribution ships the stack's Python: install it, nothing to build."""
+
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        osr = ctx.os
+        if stage == "runtime":
+            return (AptNeed(osr.python_runtime, f"{osr.name}'s Python {osr.python} runtime"),)
+        if ctx.compiles:
+            return (AptNeed(osr.build_packages + osr.python_packages,
+                            f"compilers for the kernels and {osr.name}'s Python {osr.python} with its headers"),)
+        return (AptNeed(osr.python_runtime, f"{osr.name}'s Python {osr.python}; nothing is compiled, so no compiler"),)
+
+
+@dataclass(frozen=True)
+class CPythonTarball(Block):
+    """CPython compiled from the carried source tarball into /opt/python; its shared libraries at runtime."""
+
+    release: PythonRelease
+
+    @property
+    def full_version(self) -> str:
+        stem = self.release.tarball.removeprefix("Python-")
+        return stem[:stem.rindex(".")]
+
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        python = ctx.solution.python
+        if stage == "runtime":
+            return (AptNeed(ctx.os.cpython_runtime, f"shared libraries of CPython {python}; no compiler"),)
+        return (AptNeed(ctx.os.cpython_build, f"compilers and the libraries CPython {python} builds against"),)
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return (Step("build-python", f"CPython {self.full_version} from the carried tarball",
+                     f"{ctx.os.name} ships Python {ctx.os.python}, the stack needs {ctx.solution.python}",
+                     PythonTarballStep(self.release.tarball, PYTHON_PREFIX)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        tarball, full = self.release.tarball, self.full_version
+        return (Carried(f"sources/{tarball}", f"CPython {full} source", f"{PYTHON_FTP}/{full}/{tarball}"),)
+
+
+@dataclass(frozen=True)
+class Venv(Block):
+    """The virtual environment every wheel goes into; offline, the carried wheelhouse beside it."""
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return (Step("build-venv", f"virtual environment {VENV}", "one self-contained tree to copy into the runtime stage",
+                     VenvStep(ctx.python_bin, VENV, wheelhouse=ctx.offline)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        if not ctx.offline:
+            return ()
+        return (Carried("wheelhouse/", "every wheel in `requirements` (and their dependencies)",
+                        "pip download in the target image (envkit bundle)"),)
+
+
+@dataclass(frozen=True)
+class BuildTools(Block):
+    """Pinned build tools for compiling, and flash-attn's pure-Python dependencies."""
+
+    tools: tuple[str, ...]
+    for_compiling: bool
+
+    @classmethod
+    def needed(cls, ctx: PlanContext) -> tuple[BuildTools, ...]:
+        tools = (BUILD_TOOLS if ctx.compiles else ()) + (FLASH_ATTN_DEPS if ctx.solution.flash_attn else ())
+        return (cls(tools, ctx.compiles),) if tools else ()
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        if self.for_compiling:
+            title = "pinned build tools"
+            why = "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel; flash_attn imports einops"
+        else:
+            title, why = "flash-attn's dependencies", "flash_attn imports einops"
+        return (Step("build-tools", title, why, PipStep(self.tools, find_links=ctx.find_links), ctx.index_network),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return self.tools
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return tuple((tool, None) for tool in self.tools)
+
+
+@dataclass(frozen=True)
+class Torch(Block):
+    """torch from its index, or a vendor's wheel carried in the context when no index serves it."""
+
+    build: TorchBuild
+
+    @property
+    def spec(self) -> str:
+        return f"torch=={self.build.pin}"
+
+    @property
+    def vendor_wheel(self) -> Optional[str]:
+        """The carried wheel's file name when torch is on no public index."""
+        if self.build.index_url is not None:
+            return None
+        assert self.build.wheel is not None, f"torch {self.build.pin} has neither an index nor a wheel"
+        return self.build.wheel
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        t, wheel = self.build, self.vendor_wheel
+        title, why = f"torch {t.pin}", f"the {t.variant} build (cxx11abi={t.cxx11abi}) every compiled module must match"
+        if wheel is not None:
+            copy = () if ctx.offline else (Step("build-torch-wheel", "carried torch wheel", f"torch {t.pin} is on no public index",
+                                                 CopyWheelStep(wheel)),)
+            return copy + (Step("build-torch", title, why, PipStep((f"{WHEELHOUSE}/{wheel}",), find_links=ctx.find_links),
+                                ctx.index_network),)
+        if ctx.offline or t.index_url is None:  # offline: from the carried wheelhouse
+            return (Step("build-torch", title, why, PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),)
+        url, network = ctx.network.url("build-torch", t.index_url)
+        return (Step("build-torch", title, why, PipStep((self.spec,), extra_index_url=url), network, (url,)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        wheel = self.vendor_wheel
+        if wheel is None:
+            return ()
+        return (Carried(f"wheelhouse/{wheel}", f"torch {self.build.pin}", "the vendor's wheel site (see the matrix row's source)"),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return (self.spec,)
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return ((self.spec, self.build.index_url),) if self.build.index_url else ()
+
+    def modules(self) -> tuple[str, ...]:
+        return ("torch",)
+
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        wheel = self.vendor_wheel
+        if wheel is None:
+            return ()
+        return (f"{wheel} is installed by file name: its version is not PEP 440, which pip >= 24.1 refuses; "
+                "the venv keeps the pip its Python ships (fix if pip was upgraded: pip install 'pip<24.1')",)
+
+
+@dataclass(frozen=True)
+class FlashAttnWheel(Block):
+    """A prebuilt flash-attn wheel (not on PyPI) that matches torch's ABI."""
+
+    version: Version
+    wheel: str
+    url: str
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        title, why = f"flash-attn {self.version} wheel", f"prebuilt {self.wheel} matches torch's ABI"
+        if ctx.offline:
+            return (Step("build-flash-attn", title, why, PipStep((f"{WHEELHOUSE}/{self.wheel}",), find_links=WHEELHOUSE)),)
+        url, network = ctx.network.url("build-flash-attn", self.url)
+        return (Step("build-flash-attn", title, why, PipStep((url,)), network, (url,)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        if not ctx.offline:
+            return ()
+        return (Carried(f"wheelhouse/{self.wheel}", f"flash-attn {self.version} wheel (not on PyPI)", self.url),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return (f"flash-attn=={self.version}",)
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return ((self.url, None),)
+
+    def modules(self) -> tuple[str, ...]:
+        return ("flash_attn", "flash_attn_2_cuda")
+
+
+@dataclass(frozen=True)
+class FlashAttnSource(Block):
+    """flash-attn compiled from the carried sdist, for the solution's archs, without GitHub."""
+
+    flash_attn: FlashAttnPlan
+
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        if stage == "build" and self.flash_attn.build == "source":
+            return (AptNeed(("git",), "git, which flash-attn's setup.py calls for its submodules"),)
+        return ()
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        fa = self.flash_attn
+        archs = (f"for {';'.join(fa.arch_list)}" if fa.version >= FLASH_ATTN_CUDA_ARCHS_SINCE
+                 else f"for its hard-coded sm_80/sm_90 (FLASH_ATTN_CUDA_ARCHS arrived in {FLASH_ATTN_CUDA_ARCHS_SINCE})")
+        return (Step("build-flash-attn", f"flash-attn {fa.version} from the sdist",
+                     f"no prebuilt wheel for torch {ctx.solution.torch.pin}: compiled {archs} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)",
+                     KernelsStep(sdist_name(fa.version), ("flash_attn",), fa.arch_list, ctx.options.host_march)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        return (carried_sdist(self.flash_attn.version),)
+
+    def modules(self) -> tuple[str, ...]:
+        return ("flash_attn", "flash_attn_2_cuda")
+
+
+@dataclass(frozen=True)
+class Kernels(Block):
+    """flash-attn's csrc kernels (layer_norm, rotary) compiled from a flash-attn sdist."""
+
+    kernels: tuple[KernelPlan, ...]
+    sdist_version: Version  # flash-attn's own when it is compiled too, else the kernels' row
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        first, names = self.kernels[0], tuple(k.name for k in self.kernels)
+        setup = "supplied by envkit" if first.setup_py == "supplied" else "shipped, hard-coded gencodes neutralised"
+        return (Step("build-kernels", f"flash-attn csrc kernels: {','.join(names)}",
+                     f"compiled from flash_attn-{first.flash_attn_sdist} for {';'.join(first.arch_list)} only (setup.py {setup}); the slow step",
+                     KernelsStep(sdist_name(self.sdist_version), names, first.arch_list, ctx.options.host_march)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        return (carried_sdist(self.sdist_version),)
+
+    def modules(self) -> tuple[str, ...]:
+        return tuple(k.module for k in self.kernels)
+
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        march = ctx.options.host_march
+        if not any(k.name == "rotary" for k in self.kernels):
+            return ()
+        if march == "native":
+            return ("rotary is compiled with -march=native: the image needs the builder's CPU family (fix: --host-march x86-64-v2)",)
+        return (f"csrc/rotary's setup.py asks for -march=native; envkit compiles it with -march={march} so the image runs on other CPUs (--host-march native keeps upstream's flag)",)
+
+
+@dataclass(frozen=True)
+class VllmWheel(Block):
+    """vLLM from PyPI, or its CUDA-variant wheel from the vLLM release (carried when offline)."""
+
+    release: Vllm
+    wheel: Optional[str]
+    url: Optional[str]
+    torch: TorchBuild
+
+    @property
+    def spec(self) -> str:
+        local = parse_wheel_filename(self.wheel)[1].local if self.wheel else None
+        return f"vllm=={self.release.version}" + (f"+{local}" if local else "")
+
+    @property
+    def on_pypi(self) -> bool:
+        return (self.url or "").startswith("https://pypi.org/")
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        v, t = self.release, self.torch
+        if self.on_pypi:
+            return (Step("build-vllm", f"vLLM {v.version}", f"pins torch {v.torch}, which {t.pin} satisfies",
+                         PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),)
+        title, why = f"vLLM {v.version} ({t.variant} wheel)", f"the {t.variant} build from vLLM's release; pins torch {v.torch}"
+        if ctx.offline:
+            return (Step("build-vllm", title, why, PipStep((f"{WHEELHOUSE}/{self._carried_wheel}",), find_links=WHEELHOUSE)),)
+        url, network = ctx.network.url("build-vllm", self.url or "")
+        # its dependencies built for this CUDA variant (xformers +cu118) live on torch's index, not on PyPI
+        extra = ctx.network.url("build-vllm", t.index_url)[0] if t.index_url else None
+        return (Step("build-vllm", title, why + f"; CUDA-variant dependencies (xformers) from torch's {t.variant} index",
+                     PipStep((url,), extra_index_url=extra), network, (url,) + ((t.index_url,) if t.index_url else ())),)
+
+    @property
+    def _carried_wheel(self) -> str:
+        assert self.wheel is not None and self.url is not None, f"vLLM {self.release.version}: a release wheel without a name or URL"
+        return self.wheel
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        if not ctx.offline or self.on_pypi:
+            return ()
+        return (Carried(f"wheelhouse/{self._carried_wheel}", f"vLLM {self.release.version} {self.torch.variant} wheel (not on PyPI)",
+                        self.url or ""),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return (self.spec,)
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return ((self.spec if self.on_pypi else self.url or self.spec, None),)
+
+
+@dataclass(frozen=True)
+class RuntimeCopy(Block):
+    """The runtime stage's own part: the venv (and /opt/python) copied over, an import check, the labels."""
+
+    modules_to_check: tuple[str, ...]
+
+    @classmethod
+    def gather(cls, blocks: tuple[Block, ...]) -> RuntimeCopy:
+        return cls(tuple(module for block in blocks for module in block.modules()))
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        python_prefix = None if ctx.distro_python else PYTHON_PREFIX
+        held = VENV + (f" and {python_prefix}" if python_prefix else "")
+        return (
+            Step("runtime-copy", "copy the environment from the build stage",
+                 f"{held} hold every installed wheel; nothing is compiled here", CopyVenvStep(VENV, python_prefix)),
+            Step("runtime-import-check", "import check", "an ABI mismatch (undefined symbol) fails the build instead of the first request",
+                 ImportCheckStep(self.modules_to_check)),
+            Step("runtime-labels", "labels", "OCI labels and the resolved solution, so the image can tell what it is", LabelsStep()),
+        )
+
+
+def _flash_attn(fa: Optional[FlashAttnPlan]) -> Optional[Block]:
+    if fa is None:
+        return None
+    if fa.build == "wheel" and fa.url and fa.wheel:
+        return FlashAttnWheel(fa.version, fa.wheel, fa.url)
+    return FlashAttnSource(fa)
+
+
+def components(ctx: PlanContext) -> tuple[Block, ...]:
+    """The blocks the solution needs between the apt installs, in build order."""
+    sol = ctx.solution
+    python: Block = DistroPython() if ctx.cpython is None else CPythonTarball(ctx.cpython)
+    flash = _flash_attn(sol.flash_attn)
+    kernels: tuple[Block, ...] = ()
+    if sol.kernels:
+        # the kernels reuse the sdist flash-attn itself is compiled from
+        sdist = flash.flash_attn.version if isinstance(flash, FlashAttnSource) else sol.kernels[0].flash_attn_sdist
+        kernels = (Kernels(sol.kernels, sdist),)
+    vllm = (VllmWheel(sol.vllm, sol.vllm_wheel, sol.vllm_url, sol.torch),) if sol.vllm is not None else ()
+    return (python, Venv(), *BuildTools.needed(ctx), Torch(sol.torch), *((flash,) if flash else ()), *kernels, *vllm)
+
+
+def blocks_for(ctx: PlanContext) -> tuple[Block, ...]:
+    """Every block of the plan in order: site settings and apt first in each stage, the runtime copy last."""
+    parts = components(ctx)
+    return (SiteSettings(), AptPackages.gather("build", parts, ctx), *parts,
+            AptPackages.gather("runtime", parts, ctx), RuntimeCopy.gather(parts))

@@ -1,0 +1,169 @@
+"""What every building block reads: the solution, the site, the options, the base images and the
+Python the image runs, checked once before any block runs.
+
+Pure: plain values in, a PlanContext (or an InputError that names the fix) out.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from packaging.version import Version
+
+from envkit.errors import InputError
+from envkit.model.matrix import Matrix, OsRelease, PythonRelease, dtk_text
+from envkit.model.plan import PYTHON_PREFIX, WHEELHOUSE, Network, Options, PythonSource
+from envkit.model.site import Site
+from envkit.model.solution import Solution
+from envkit.core.planner.network import NetworkPolicy
+
+OLDEST_PYTHON = Version("3.8")
+_PROXY_ARGS = {"http": "http_proxy", "https": "https_proxy", "no_proxy": "no_proxy"}
+_PLATFORM_NOTES = {
+    "rocm": "the matrix knows no slim ROCm runtime image: the runtime stage uses the rocm/dev image, hipcc included",
+    "dtk": "DTK containers need the host's /opt/hyhal: run with -v /opt/hyhal:/opt/hyhal --device /dev/kfd --device /dev/dri",
+}
+_OFFLINE_NOTE = "offline: load the base images first (docker load -i; envkit bundle carries them), and build with --network none"
+
+
+def base_os(m: Matrix, sol: Solution, site: Site) -> tuple[str, str, OsRelease]:
+    """(devel image, runtime image, os) for the solution's platform."""
+    if sol.platform == "cuda":
+        assert sol.cuda is not None
+        return sol.cuda.devel_image, sol.cuda.runtime_image, _known_os(m, sol.cuda.os)
+    toolkit = sol.toolkit
+    if sol.platform == "rocm":
+        assert toolkit is not None
+        r = m.rocm_release(toolkit)
+        assert r is not None
+        if r.devel_image is None or r.os is None:
+            raise InputError(f"no public base image for ROCm {sol.toolkit} is known to envkit",
+                             f"pin another ROCm with --rocm, or add a [[rocm]] row for {sol.toolkit} with its image and source to matrix.toml")
+        return r.devel_image, r.runtime_image or r.devel_image, _known_os(m, r.os)
+    if sol.platform == "dtk":
+        assert toolkit is not None
+        if not site.dtk_devel or not site.dtk_os:
+            raise InputError(f"DTK {dtk_text(toolkit)} images are not on Docker Hub and no site file names one",
+                             "add [dtk] devel_image, runtime_image and os (e.g. \"ubuntu20.04\") to the site file given with --mirror")
+        osr = m.os_release(site.dtk_os)
+        if osr is None:
+            raise InputError(f"site file: [dtk] os {site.dtk_os!r} is not a known os",
+                             f"use one of: {', '.join(o.name for o in m.os)}")
+        return site.dtk_devel, site.dtk_runtime or site.dtk_devel, osr
+    osr = next(o for o in m.os if o.cpu_image)
+    return osr.cpu_image or "", osr.cpu_image or "", osr
+
+
+def _known_os(m: Matrix, name: str) -> OsRelease:
+    osr = m.os_release(name)
+    assert osr is not None, f"the matrix names os {name!r} but has no [[os]] row for it"
+    return osr
+
+
+def qualified_image(ref: str) -> str:
+    """Fully qualified image names: Podman and intranet registries do not guess docker.io."""
+    first = ref.split("/")[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return ref
+    return f"docker.io/{ref}" if "/" in ref else f"docker.io/library/{ref}"
+
+
+def stack_text(sol: Solution) -> str:
+    """One line naming the stack, for the Dockerfile header and the image description."""
+    parts = [sol.platform if sol.platform == "cpu" else f"{sol.platform} {sol._toolkit_text}",
+             f"python {sol.python}", f"torch {sol.torch.pin}"]
+    if sol.flash_attn:
+        parts.append(f"flash-attn {sol.flash_attn.version} ({sol.flash_attn.build})")
+    if sol.kernels:
+        parts.append("kernels " + ",".join(k.name for k in sol.kernels))
+    if sol.vllm:
+        parts.append(f"vllm {sol.vllm.version}")
+    if sol.gpu:
+        parts.append(f"for {sol.gpu.name} ({sol.gpu.arch})")
+    return ", ".join(parts)
+
+
+def _check_request(sol: Solution, opts: Options) -> None:
+    if sol.vllm is not None and sol.platform == "rocm":
+        raise InputError(f"vLLM {sol.vllm.version} on ROCm is built by vLLM's own Dockerfile.rocm, which envkit does not generate",
+                         "drop --vllm and base a serving image on the site's mirror of rocm/vllm, or serve on CUDA")
+    if opts.host_march != "native" and not re.fullmatch(r"[a-z0-9_.-]+", opts.host_march):
+        raise InputError(f"--host-march {opts.host_march!r} is not a gcc -march value", "use e.g. x86-64-v2, x86-64-v3 or native")
+    if sol.python < OLDEST_PYTHON:
+        raise InputError(f"Python {sol.python}: envkit generates images for Python {OLDEST_PYTHON} and newer",
+                         f"pass --python {OLDEST_PYTHON} (or newer)")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    solution: Solution
+    site: Site
+    options: Options
+    os: OsRelease
+    devel_upstream: str
+    runtime_upstream: str
+    cpython: Optional[PythonRelease]  # None: the distribution's own Python is the stack's
+    network: NetworkPolicy
+    index_network: Network
+
+    @classmethod
+    def create(cls, m: Matrix, sol: Solution, site: Site, opts: Options) -> PlanContext:
+        """Check the request, pick the base images and the Python; refuse what cannot be planned."""
+        _check_request(sol, opts)
+        network = NetworkPolicy(site, opts.offline)
+        devel, runtime, osr = base_os(m, sol, site)
+        cpython = None if osr.python == sol.python else m.python_release(sol.python)
+        if osr.python != sol.python and cpython is None:
+            raise InputError(f"Python {sol.python} is neither {osr.name}'s own ({osr.python}) nor a known CPython tarball",
+                             f"pass --python {osr.python}")
+        return cls(sol, site, opts, osr, devel, runtime, cpython, network, network.index("build-venv"))
+
+    @property
+    def offline(self) -> bool:
+        return self.options.offline
+
+    @property
+    def devel_image(self) -> str:
+        return self.site.image(qualified_image(self.devel_upstream))
+
+    @property
+    def runtime_image(self) -> str:
+        return self.site.image(qualified_image(self.runtime_upstream))
+
+    @property
+    def distro_python(self) -> bool:
+        return self.cpython is None
+
+    @property
+    def python_source(self) -> PythonSource:
+        return "distro" if self.cpython is None else "tarball"
+
+    @property
+    def python_bin(self) -> str:
+        if self.cpython is None:
+            return f"/usr/bin/python{self.os.python}"
+        return f"{PYTHON_PREFIX}/bin/python{self.solution.python}"
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the build stage runs a compiler (csrc kernels or flash-attn from its sdist)."""
+        fa = self.solution.flash_attn
+        return bool(self.solution.kernels) or (fa is not None and fa.build == "source")
+
+    @property
+    def find_links(self) -> Optional[str]:
+        """Offline, pip installs only from the carried wheelhouse."""
+        return WHEELHOUSE if self.offline else None
+
+    @property
+    def build_args(self) -> tuple[tuple[str, str], ...]:
+        """The site's proxies as the build args docker knows, both spellings."""
+        return tuple(sorted(pair for key, value in self.site.proxy
+                            for pair in ((_PROXY_ARGS[key], value), (_PROXY_ARGS[key].upper(), value))))
+
+    @property
+    def image_warnings(self) -> tuple[str, ...]:
+        """What building or running these base images needs that the Dockerfile cannot say."""
+        platform_note = _PLATFORM_NOTES.get(self.solution.platform)
+        return tuple(note for note in (platform_note, _OFFLINE_NOTE if self.offline else None) if note)

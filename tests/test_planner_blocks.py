@@ -1,0 +1,271 @@
+"""The planner's building blocks, asserted on the plan itself (cibuildwheel-style): what each block
+adds for a few real solutions, the network policy in each mode, and the plan document's round trip."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from envkit.app.bundle import BundleReport, fetch_debs
+from envkit.config import matrix_file as mx
+from envkit.config.site_file import load as load_site
+from envkit.core.planner import plan
+from envkit.core.planner.blocks import (
+    AptPackages, CPythonTarball, DistroPython, FlashAttnSource, FlashAttnWheel, Kernels, Torch, VllmWheel, blocks_for,
+)
+from envkit.core.planner.context import PlanContext
+from envkit.core.render import json_bytes
+from envkit.core.resolve import parse_query, resolve
+from envkit.errors import InputError
+from envkit.model.plan import (
+    WHEELHOUSE, AptStep, BuildPlan, ImportCheckStep, KernelsStep, Network, Options, PipStep, PlanDocument, PythonTarballStep, Step,
+)
+from envkit.model.site import Site
+from envkit.model.solution import Solution
+
+ROOT = Path(__file__).resolve().parent.parent
+M = mx.load()
+INTRANET = load_site(str(ROOT / "tests/golden/sites/intranet.toml"))
+
+SOLUTIONS = {
+    # CPython 3.8 from the tarball, flash-attn from its sdist, both csrc kernels, the cu118 vLLM release wheel
+    "seed": dict(gpu="RTX A6000", cuda="11.8", python="3.8", torch="2.1.2", flash_attn="2.2.0", kernels="layer_norm,rotary", vllm="0.2.7"),
+    # the prebuilt flash-attn wheel (not on PyPI) beside the kernels
+    "fa-wheel": dict(gpu="RTX A6000", cuda="11.8", python="3.8", torch="2.0.1", flash_attn="2.2.0", kernels="layer_norm,rotary"),
+    # the distribution's own Python, flash-attn compiled for the GPU's arch
+    "h200": dict(gpu="H200", cuda="13.0", python="3.12", flash_attn="2.7.4.post1", kernels="layer_norm,rotary"),
+    "h200-vllm": dict(gpu="H200", cuda="12.8", flash_attn="2.7.4.post1", vllm="0.9"),
+    "cpu": dict(platform="cpu", torch="2.13.0"),
+}
+MODES = {"internet": (Site(), False), "intranet": (INTRANET, False), "offline": (Site(), True)}
+
+
+def _solution(name: str) -> Solution:
+    r = resolve(M, parse_query(M, **SOLUTIONS[name]))
+    assert r.solution is not None, r.conflicts
+    return r.solution
+
+
+def _plan(name: str, mode: str, host_march: str = Options().host_march) -> BuildPlan:
+    site, offline = MODES[mode]
+    return plan(M, _solution(name), site, Options(offline=offline, host_march=host_march))
+
+
+def _context(name: str, mode: str) -> PlanContext:
+    site, offline = MODES[mode]
+    return PlanContext.create(M, _solution(name), site, Options(offline=offline))
+
+
+def _steps(p: BuildPlan) -> list[Step]:
+    return [st for s in p.stages for st in s.steps]
+
+
+def _step(p: BuildPlan, step_id: str) -> Step:
+    return next(st for st in _steps(p) if st.id == step_id)
+
+
+def _payload(step: Step, kind: type) -> object:
+    assert isinstance(step.payload, kind), f"{step.id} carries {type(step.payload).__name__}, not {kind.__name__}"
+    return step.payload
+
+
+ALL = [(name, mode) for name in SOLUTIONS for mode in MODES]
+
+
+@pytest.mark.parametrize("name,mode", ALL)
+def test_the_stages_are_the_blocks_steps_in_block_order(name, mode):
+    p, ctx = _plan(name, mode), _context(name, mode)
+    blocks = blocks_for(ctx)
+    build, runtime = p.stages
+    assert build.steps == tuple(st for b in blocks for st in b.build_steps(ctx))
+    assert runtime.steps == tuple(st for b in blocks for st in b.runtime_steps(ctx))
+    ids = [st.id for st in _steps(p)]
+    assert len(ids) == len(set(ids))
+    assert all(st.id.startswith(f"{stage.name}-") for stage in p.stages for st in stage.steps)
+    assert p.carried == tuple(dict.fromkeys(c for b in blocks for c in b.carried(ctx)))
+
+
+@pytest.mark.parametrize("name", SOLUTIONS)
+def test_offline_every_step_reaches_nothing_and_pip_reads_only_the_wheelhouse(name):
+    p = _plan(name, "offline")
+    assert {st.network for st in _steps(p)} == {Network.NONE}
+    assert all(st.reaches == () for st in _steps(p))
+    carried = {c.path for c in p.carried}
+    for st in _steps(p):
+        if isinstance(st.payload, PipStep):
+            assert st.payload.find_links == WHEELHOUSE and st.payload.extra_index_url is None
+            for pkg in st.payload.packages:
+                if pkg.startswith(WHEELHOUSE + "/"):
+                    assert "wheelhouse/" + pkg[len(WHEELHOUSE) + 1:] in carried
+        if isinstance(st.payload, AptStep):
+            assert st.payload.from_carried_repository and f"debs/{st.payload.stage}/" in carried
+
+
+@pytest.mark.parametrize("name", SOLUTIONS)
+def test_online_steps_that_reach_a_url_say_so_and_a_site_keeps_them_off_the_internet(name):
+    for mode, allowed in (("internet", {Network.NONE, Network.INTERNET}), ("intranet", {Network.NONE, Network.SITE})):
+        p = _plan(name, mode)
+        assert {st.network for st in _steps(p)} <= allowed
+        for st in _steps(p):
+            if st.reaches:
+                assert st.network is not Network.NONE, st.id
+            if isinstance(st.payload, PipStep):
+                assert st.payload.find_links is None
+                for url in (*st.payload.packages, st.payload.extra_index_url or ""):
+                    if "://" in url and mode == "intranet":
+                        assert any(url.startswith(mirror) for _, mirror in INTRANET.rewrites), url
+
+
+@pytest.mark.parametrize("name,mode", ALL)
+def test_apt_installs_what_the_python_and_the_compile_need_sorted_once(name, mode):
+    p, ctx = _plan(name, mode), _context(name, mode)
+    osr, sol = ctx.os, ctx.solution
+    build = _payload(_step(p, "build-apt"), AptStep)
+    runtime = _payload(_step(p, "runtime-apt"), AptStep)
+    for apt in (build, runtime):
+        assert list(apt.packages) == sorted(set(apt.packages))
+    if ctx.distro_python:
+        python_runtime = osr.python_runtime
+        python_build = osr.build_packages + osr.python_packages if ctx.compiles else osr.python_runtime
+    else:
+        python_runtime, python_build = osr.cpython_runtime, osr.cpython_build
+    fa_from_source = sol.flash_attn is not None and sol.flash_attn.build == "source"
+    assert set(runtime.packages) == set(python_runtime)
+    assert set(build.packages) == set(python_build) | ({"git"} if fa_from_source else set())
+
+
+@pytest.mark.parametrize("name", SOLUTIONS)
+def test_the_python_block_matches_the_base_image(name):
+    ctx = _context(name, "internet")
+    kinds = {type(b) for b in blocks_for(ctx)}
+    if ctx.os.python == ctx.solution.python:
+        assert DistroPython in kinds and CPythonTarball not in kinds
+        assert _plan(name, "internet").python_source == "distro"
+    else:
+        assert CPythonTarball in kinds and DistroPython not in kinds
+        p = _plan(name, "offline")
+        tarball = _payload(_step(p, "build-python"), PythonTarballStep).tarball
+        assert f"sources/{tarball}" in {c.path for c in p.carried}
+
+
+@pytest.mark.parametrize("name,mode", ALL)
+def test_compiled_targets_follow_the_solution(name, mode):
+    p, sol = _plan(name, mode, host_march="x86-64-v3"), _solution(name)
+    compiled = [st.payload for st in _steps(p) if isinstance(st.payload, KernelsStep)]
+    fa = sol.flash_attn
+    expected = ([("flash_attn",)] if fa is not None and fa.build == "source" else []) + \
+               ([tuple(k.name for k in sol.kernels)] if sol.kernels else [])
+    assert [k.targets for k in compiled] == expected
+    assert p.compiles_kernels == bool(compiled) == p.to_dict()["compile"]["kernels"]
+    for k in compiled:
+        assert k.host_march == "x86-64-v3"
+        assert f"sources/{k.sdist}" in {c.path for c in p.carried}
+    if sol.kernels:
+        assert compiled[-1].arch_list == sol.kernels[0].arch_list
+    if len(compiled) == 2:  # the kernels reuse the sdist flash-attn is compiled from, carried once
+        assert compiled[0].sdist == compiled[1].sdist
+        assert [c.path for c in p.carried].count(f"sources/{compiled[0].sdist}") == 1
+
+
+@pytest.mark.parametrize("name", SOLUTIONS)
+def test_the_import_check_imports_every_installed_module(name):
+    sol = _solution(name)
+    modules = _payload(_step(_plan(name, "internet"), "runtime-import-check"), ImportCheckStep).modules
+    assert modules[0] == "torch"
+    assert ("flash_attn" in modules) == ("flash_attn_2_cuda" in modules) == (sol.flash_attn is not None)
+    assert {k.module for k in sol.kernels} <= set(modules)
+
+
+def test_flash_attn_wheel_block_installs_the_wheel_by_url_online_and_by_path_offline():
+    sol = _solution("fa-wheel")
+    fa = sol.flash_attn
+    assert fa is not None and fa.url and fa.wheel
+    online = [b for b in blocks_for(_context("fa-wheel", "internet")) if isinstance(b, FlashAttnWheel)]
+    assert len(online) == 1 and not any(isinstance(b, FlashAttnSource) for b in blocks_for(_context("fa-wheel", "internet")))
+    (step,) = online[0].build_steps(_context("fa-wheel", "internet"))
+    assert _payload(step, PipStep).packages == (fa.url,) and step.reaches == (fa.url,) and step.network is Network.INTERNET
+    (step,) = online[0].build_steps(_context("fa-wheel", "offline"))
+    assert _payload(step, PipStep).packages == (f"{WHEELHOUSE}/{fa.wheel}",)
+    assert f"flash-attn=={fa.version}" in _plan("fa-wheel", "offline").requirements
+
+
+@pytest.mark.parametrize("mode", ["internet", "intranet"])
+def test_torch_comes_from_its_index_through_the_site_rewrite(mode):
+    ctx = _context("seed", mode)
+    index = ctx.solution.torch.index_url
+    assert index is not None
+    (step,) = Torch(ctx.solution.torch).build_steps(ctx)
+    pip = _payload(step, PipStep)
+    assert pip.packages == (f"torch=={ctx.solution.torch.pin}",)
+    assert pip.extra_index_url == (INTRANET.rewrite(index) if mode == "intranet" else index)
+
+
+@pytest.mark.parametrize("name", ["seed", "h200-vllm"])
+def test_the_vllm_requirement_carries_the_release_wheels_local_version(name):
+    sol = _solution(name)
+    assert sol.vllm is not None
+    (vllm,) = [b for b in blocks_for(_context(name, "internet")) if isinstance(b, VllmWheel)]
+    (spec,) = vllm.requirements(_context(name, "internet"))
+    (pin,) = Requirement(spec).specifier
+    if sol.vllm_wheel:
+        assert pin.version == str(parse_wheel_filename(sol.vllm_wheel)[1])
+    assert Version(pin.version).public == str(sol.vllm.version)
+    assert spec in _plan(name, "offline").requirements
+
+
+def test_kernels_block_warns_about_rotarys_march_only_when_rotary_is_built():
+    ctx = _context("h200", "internet")
+    kernels = [b for b in blocks_for(ctx) if isinstance(b, Kernels)]
+    assert len(kernels) == 1 and any(k.name == "rotary" for k in kernels[0].kernels)
+    assert any("-march=x86-64-v2" in w for w in kernels[0].warnings(ctx))
+    without = Kernels(tuple(k for k in kernels[0].kernels if k.name != "rotary"), kernels[0].sdist_version)
+    assert without.warnings(ctx) == ()
+
+
+def test_a_site_without_an_apt_mirror_is_refused_by_the_apt_block():
+    sol = _solution("cpu")
+    site = Site(path="SITE.toml", pip_index="http://10.1.1.1/simple")
+    ctx = PlanContext.create(M, sol, site, Options())
+    (apt,) = [b for b in blocks_for(ctx) if isinstance(b, AptPackages) and b.stage == "build"]
+    with pytest.raises(InputError, match=r"step `build-apt`"):
+        apt.build_steps(ctx)
+
+
+@pytest.mark.parametrize("name,mode", ALL)
+def test_the_plan_document_reads_back(name, mode):
+    p = _plan(name, mode)
+    doc = json.loads(json_bytes(p.to_dict()))
+    back = BuildPlan.from_json(doc)
+    assert isinstance(back, PlanDocument)
+    assert json_bytes(back.to_dict()) == json_bytes(p.to_dict())
+    assert back == p.document()
+    assert [st.network for s in back.stages for st in s.steps] == [st.network for st in _steps(p)]
+
+
+def test_the_plan_document_of_another_schema_is_refused():
+    doc = _plan("cpu", "internet").to_dict()
+    with pytest.raises(InputError, match="schema"):
+        BuildPlan.from_json({**doc, "schema": doc["schema"] + 1})
+
+
+def test_bundle_asks_apt_for_exactly_the_carried_packages(tmp_path):
+    p = _plan("seed", "offline")
+    asked: dict[str, str] = {}
+
+    class Engine:
+        def has_image(self, ref: str) -> bool:
+            return True
+
+        def run(self, image: str, cmd: list[str], volumes: dict) -> tuple[int, str]:
+            asked[next(iter(volumes)).rsplit("/", 1)[-1]] = cmd[-1]
+            return 0, ""
+
+    fetch_debs(Engine(), p, tmp_path, BundleReport(tmp_path), lambda _: None)
+    for stage in p.stages:
+        apt = next(st.payload for st in stage.steps if isinstance(st.payload, AptStep))
+        script = asked[stage.name]
+        assert f"--no-install-recommends {' '.join(apt.packages)};" in script

@@ -20,7 +20,7 @@ from envkit.config import project_file
 from envkit.core.preflight import GB, Facts, judge
 from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import Options
+from envkit.model.plan import BuildPlan, Options, PlanDocument
 from envkit.model.project import Project, Target
 from envkit.model.solution import SolutionRecord, Unsolved
 
@@ -73,37 +73,35 @@ class DryRun:
 Outcome = Union[Built, DryRun, Unsolved]
 
 
-def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], dict[str, Any]]:
-    """The preflight's facts, the engine (None when it does not answer) and the parsed plan."""
+def read_plan(context: Path) -> PlanDocument:
     if not (context / "Dockerfile").is_file() or not (context / "envkit.plan.json").is_file():
         raise InputError(f"{context} is not an envkit build context (no Dockerfile / envkit.plan.json)",
                          "pass the directory written by envkit bundle (--bundle) or envkit generate (-o)")
     try:
-        plan = json.loads((context / "envkit.plan.json").read_text())
-        plan["stages"], plan["context"]
-    except (ValueError, TypeError, KeyError):
+        return BuildPlan.from_json(json.loads((context / "envkit.plan.json").read_text()))
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise InputError(f"{context}/envkit.plan.json is not an envkit plan", "regenerate the context (envkit generate or envkit bundle)") from None
+
+
+def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], PlanDocument]:
+    """The preflight's facts, the engine (None when it does not answer) and the context's plan."""
+    plan = read_plan(context)
     if offline:
-        if not plan.get("offline"):
+        if not plan.offline:
             raise InputError(f"{context} was generated for network builds, not offline", "make it with envkit bundle")
         problems = tuple(verify(context))
     else:
-        problems = tuple(f"missing: {c['path']} ({c['what']}; from {c['origin']})" for c in plan["context"]
-                         if not (context / c["path"]).exists())
+        problems = tuple(f"missing: {c.path} ({c.what}; from {c.origin})" for c in plan.context if not (context / c.path).exists())
     size = sum(p.stat().st_size for p in context.rglob("*") if p.is_file())
     engine, engine_error = None, None
     try:
         engine = Engine.connect()
     except ExternalError as exc:
         engine_error = exc.message
-    comp = plan.get("compile", {})
     disk, mem = _engine_resources(engine) if engine is not None else (None, None)
-    facts = Facts(str(context), problems, engine_error, disk, mem,
-                  need_disk=3 * size + 2 * GB, max_jobs=comp.get("max_jobs"), nvcc_threads=comp.get("nvcc_threads") or 1,
-                  compiles=bool(comp.get("kernels")))
+    facts = Facts(str(context), problems, engine_error, disk, mem, need_disk=3 * size + 2 * GB, max_jobs=plan.max_jobs,
+                  nvcc_threads=plan.nvcc_threads or 1, compiles=plan.compiles_kernels)
     return facts, engine, plan
-
-
 
 
 def check_options(network: str, tag: Optional[str]) -> None:
@@ -177,7 +175,7 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
                   reporter: Reporter = Silent()) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
-    facts, engine, plan_doc = collect(context, offline=offline)
+    facts, engine, plan = collect(context, offline=offline)
     checks = judge(facts)
     reporter.preflight(checks)
     failed = [c for c in checks if not c.ok]
@@ -190,7 +188,7 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     record = SolutionRecord.from_json(json.loads((context / LOCK_NAME).read_text())["solution"])
     ref = tag or record.default_tag()
     load_images(engine, context, reporter.say)
-    buildargs = {} if offline else dict(plan_doc.get("build_args", {}))
+    buildargs = {} if offline else dict(plan.build_args)
     network_used = "none" if offline else network
     result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache)
     if not result.image_id:

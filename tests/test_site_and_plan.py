@@ -101,14 +101,14 @@ def test_offline_wheels_not_on_pypi_are_installed_by_path():
     p = plan(M, _solution(gpu="RTX A6000", cuda="11.8", python="3.8", torch="2.0.1", flash_attn="2.2.0"), Site(), Options(offline=True))
     step = next(st for s in p.stages for st in s.steps if st.id == "build-flash-attn")
     wheel = "flash_attn-2.2.0+cu118torch2.0cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"
-    assert step.var("packages") == f"/opt/envkit/wheelhouse/{wheel}"
+    assert step.payload.packages == (f"/opt/envkit/wheelhouse/{wheel}",)
     assert f"wheelhouse/{wheel}" in {c.path for c in p.carried}
 
 
 def test_flash_attn_source_builds_get_git_and_say_which_archs_they_compile():
     p = plan(M, _solution(**SEED), Site(), Options())
     apt = next(st for s in p.stages for st in s.steps if st.id == "build-apt")
-    assert "git" in apt.var("packages").split()
+    assert "git" in apt.payload.packages
     fa = next(st for s in p.stages for st in s.steps if st.id == "build-flash-attn")
     assert "hard-coded sm_80/sm_90" in fa.why
 
@@ -116,7 +116,7 @@ def test_flash_attn_source_builds_get_git_and_say_which_archs_they_compile():
 def test_the_cu118_vllm_wheel_takes_its_cuda_variant_dependencies_from_torchs_index():
     p = plan(M, _solution(**SEED), Site(), Options())
     step = next(st for s in p.stages for st in s.steps if st.id == "build-vllm")
-    assert step.var("pip_source") == "--extra-index-url https://download.pytorch.org/whl/cu118"
+    assert step.payload.extra_index_url == "https://download.pytorch.org/whl/cu118" and step.payload.find_links is None
 
 
 def test_proxies_become_the_build_args_docker_knows():
@@ -182,6 +182,6 @@ def test_every_plan_that_compiles_gets_a_compiler_and_python_headers(flags):
                  '[rewrite]\n"https://download.pytorch.org/whl" = "http://10.1.1.1/t"\n"https://github.com" = "http://10.1.1.1/g"\n'
                  '[dtk]\ndevel_image = "reg/dtk:24.04"\nos = "ubuntu20.04"\n')
     p = plan(M, _solution(**flags), site, Options())
-    apt = next(st for s in p.stages for st in s.steps if st.id == "build-apt").var("packages").split()
+    apt = next(st for s in p.stages for st in s.steps if st.id == "build-apt").payload.packages
     assert "build-essential" in apt
     assert any(x.endswith("-dev") for x in apt)

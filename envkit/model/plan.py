@@ -139,14 +139,6 @@ class Step:
     network: Network = Network.NONE
     reaches: tuple[str, ...] = ()
 
-    def var(self, key: str) -> str:
-        """A payload field as plain text (sequences space-separated), for readers that look fields up
-        by name. The renderer reads the typed fields instead."""
-        value = getattr(self.payload, key)
-        if isinstance(value, tuple):
-            return " ".join(str(item) for item in value)
-        return "" if value is None else str(value)
-
 
 @dataclass(frozen=True)
 class Stage:

@@ -62,7 +62,7 @@ def _commands(project_path: str, target: str, image: str) -> list[str]:
             f"envkit inspect {image} --junit doctor-{target}.xml"]
 
 
-def github(p: Project) -> dict:
+def github(p: Project) -> dict[str, Any]:
     return {
         "name": "envkit images",
         "on": {"push": {"branches": ["main"]}, "workflow_dispatch": {}},
@@ -84,7 +84,7 @@ def github(p: Project) -> dict:
     }
 
 
-def gitlab(p: Project) -> dict:
+def gitlab(p: Project) -> dict[str, Any]:
     return {
         "stages": ["build"],
         "envkit-build": {
@@ -100,7 +100,7 @@ def gitlab(p: Project) -> dict:
     }
 
 
-def bake(p: Project, contexts: str) -> dict:
+def bake(p: Project, contexts: str) -> dict[str, Any]:
     """Contexts: each target's directory from `envkit generate -o` (mirror targets) or `envkit bundle -o` (offline ones)."""
     targets = {}
     for t in p.targets:
@@ -114,7 +114,7 @@ def bake(p: Project, contexts: str) -> dict:
     return {"group": {"default": {"targets": [t.name for t in p.targets]}}, "target": targets}
 
 
-def plain(p: Project) -> dict:
+def plain(p: Project) -> dict[str, Any]:
     return {"schema": 1, "project": p.path,
             "targets": [{"name": t.name, "image": t.image, "offline": t.offline, "mirror": t.mirror, "flags": t.flag_dict()}
                         for t in p.targets]}

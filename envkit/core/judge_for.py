@@ -1,7 +1,20 @@
-"""doctor --for: would this stack work on this host? The resolver asked with the host's facts."""
+"""doctor --for: would this stack work on this host? The resolver asked with the host's facts. Pure: the
+resolver's conflicts become findings under their own rule ids (envkit/data/rules.toml)."""
 from __future__ import annotations
+
+from typing import Optional
+
+from packaging.version import InvalidVersion, Version
+
 from envkit.model.host import Finding, Host
 from envkit.model.matrix import Matrix
+
+
+def _major(text: str) -> Optional[int]:
+    try:
+        return Version(text).major
+    except InvalidVersion:
+        return None
 
 
 def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
@@ -20,8 +33,9 @@ def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
     s = result.solution.flat()
     extra = []
     nv = host.nvcc
-    if flags.get("kernels") and nv and result.solution.platform == "cuda" and result.solution.toolkit is not None \
-            and int(nv.split(".")[0]) != result.solution.toolkit.major:
+    nv_major = _major(nv) if nv else None
+    if flags.get("kernels") and nv_major is not None and result.solution.platform == "cuda" and result.solution.toolkit is not None \
+            and nv_major != result.solution.toolkit.major:
         extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {result.solution.toolkit}",
                              "extensions must be compiled with the CUDA major torch was built with",
                              f"build the kernels in the CUDA {result.solution.toolkit} devel image (envkit generate {shown})",

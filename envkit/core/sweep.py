@@ -3,6 +3,8 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
+
 from envkit.inimage.selftest import jsonl_rows
 
 
@@ -13,12 +15,12 @@ class RequestResult:
     output_tokens: int = 0
     ttft: float = 0.0
     latency: float = 0.0
-    itl: list = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
     error: str = ""
 
 
 
-def _percentile(xs: list, q: float) -> float:
+def _percentile(xs: list[float], q: float) -> float:
     if not xs:
         return 0.0
     xs = sorted(xs)
@@ -28,14 +30,14 @@ def _percentile(xs: list, q: float) -> float:
 
 
 
-def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list:
+def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) pairs: ids from 10 up, valid for any tokenizer of at least `vocab` entries."""
     rng = random.Random(seed)
     return [([rng.randrange(10, vocab) for _ in range(input_len)], output_len) for _ in range(n)]
 
 
 
-def parse_dataset(text: str, n: int, output_len: int) -> list:
+def parse_dataset(text: str, n: int, output_len: int) -> list[tuple[str, int]]:
     """(prompt, output length) pairs from JSONL lines {"prompt": str, "output_tokens": int?}, as vLLM's custom dataset.
 
     output_tokens, where a line has it, wins over output_len. Fewer lines than n are cycled. ValueError names the line.
@@ -54,7 +56,7 @@ def parse_dataset(text: str, n: int, output_len: int) -> list:
 
 
 
-def summarize(results: list, wall: float, concurrency: int) -> dict:
+def summarize(results: list[RequestResult], wall: float, concurrency: int) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
     ttft = [r.ttft * 1e3 for r in ok]
     tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r in ok if r.output_tokens > 1]

@@ -55,11 +55,11 @@ class _Links(HTMLParser):
         self.links: list[tuple[str, str]] = []
         self._href: Optional[str] = None
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
         if tag == "a":
             self._href = dict(attrs).get("href")
 
-    def handle_data(self, data):
+    def handle_data(self, data: str) -> None:
         if self._href is not None:
             self.links.append((data.strip(), self._href))
             self._href = None

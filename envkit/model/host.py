@@ -1,7 +1,7 @@
 """A GPU host's facts (as probe.py collects them) and doctor's findings, as values."""
 from __future__ import annotations
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 
 SEVERITIES = ("error", "warning", "info")
@@ -49,7 +49,7 @@ class Host:
     wants_kernels: bool = False
 
     @classmethod
-    def from_case(cls, f: dict) -> "Host":
+    def from_case(cls, f: dict[str, Any]) -> "Host":
         """The flat record of the test cases (tests/doctor_cases/*.toml)."""
         gpus = tuple(GpuFact(g["name"], g.get("cc"), g.get("memory_gb")) for g in f.get("gpus", []))
         dcu = f.get("dcu") or {}
@@ -63,7 +63,7 @@ class Host:
                    dcu_name=dcu.get("name"), dtk=dcu.get("dtk"), wants_kernels=bool(f.get("wants_kernels")))
 
     @classmethod
-    def from_probe(cls, rec: dict) -> "Host":
+    def from_probe(cls, rec: dict[str, Any]) -> "Host":
         """The nested record envkit/probe.py writes."""
         nv, amd, tk, py, dp = (rec.get(k) or {} for k in ("nvidia", "amd", "toolkit", "python", "deep"))
         pk = py.get("packages", {})

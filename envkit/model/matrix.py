@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -359,7 +360,12 @@ class Matrix:
     vllm: tuple[Vllm, ...]
     python: tuple[PythonRelease, ...]
     os: tuple[OsRelease, ...]
-    raw: dict = field(repr=False, compare=False, hash=False)
+    raw: dict[str, Any] = field(repr=False, compare=False, hash=False)
+
+    @functools.cached_property
+    def index(self) -> MatrixIndex:
+        """Derived once per matrix, on first use; a new Matrix (dataclasses.replace) gets its own."""
+        return MatrixIndex.of(self)
 
     def gpu_driver(self, cc: CC) -> Optional[GpuDriver]:
         return next((d for d in self.gpu_drivers if cc in d.archs), None)
@@ -378,6 +384,57 @@ class Matrix:
 
     def python_release(self, version: Version) -> Optional[PythonRelease]:
         return next((p for p in self.python if p.version == version), None)
+
+
+@dataclass(frozen=True)
+class MatrixIndex:
+    """Facts derived once per matrix for the resolver's inner loop: each table's release versions, and
+    which of the matrix's own versions each specifier in the matrix admits (SpecifierSet.contains and
+    SpecifierSet hashing are the resolver's innermost steps). Pure: a value computed from the matrix.
+
+    `admitted` is keyed by the identity of the specifier objects the matrix holds: they live as long as
+    the matrix, and so as long as this index, so no other object can share their id. A specifier the
+    matrix does not hold (a query's), or a version outside those evaluated, is answered by the
+    specifier itself: the index never changes an answer."""
+    versions: Mapping[str, frozenset[Version]]  # "torch", "flash_attn", "vllm", "python", "toolkit"
+    admitted: Mapping[int, tuple[frozenset[Version], frozenset[Version]]]  # id(spec) -> (versions evaluated, those admitted)
+    gpu_by_name: Mapping[str, Gpu]  # gpu_name_key of each name and alias -> the first GPU row that has it
+    flash_attn_oldest_first: tuple[FlashAttn, ...]
+
+    @classmethod
+    def of(cls, m: Matrix) -> MatrixIndex:
+        versions = {"torch": frozenset(b.version for b in m.torch), "flash_attn": frozenset(f.version for f in m.flash_attn),
+                    "vllm": frozenset(v.version for v in m.vllm), "python": frozenset(p.version for p in m.python),
+                    "toolkit": frozenset(c.version for c in m.cuda) | frozenset(b.toolkit for b in m.torch if b.toolkit is not None)}
+        roles = (([b.python for b in m.torch] + [v.python for v in m.vllm] + [f.python for f in m.flash_attn], versions["python"]),
+                 ([v.torch for v in m.vllm] + [f.torch for f in m.flash_attn], versions["torch"]),
+                 ([f.nvcc for f in m.flash_attn], versions["toolkit"]),
+                 ([br.flash_attn for br in m.flash_attn_broken], versions["flash_attn"]))
+        asked: dict[int, tuple[SpecifierSet, frozenset[Version]]] = {}
+        for specs, universe in roles:
+            for spec in specs:
+                held = asked.get(id(spec))
+                asked[id(spec)] = (spec, universe if held is None else held[1] | universe)
+        by_value: dict[tuple[str, frozenset[Version]], frozenset[Version]] = {}
+        admitted = {}
+        for key, (spec, universe) in asked.items():
+            text = str(spec)
+            if (text, universe) not in by_value:
+                by_value[(text, universe)] = frozenset(spec.filter(universe, prereleases=True))
+            admitted[key] = (universe, by_value[(text, universe)])
+        gpu_by_name: dict[str, Gpu] = {}
+        for g in m.gpus:
+            for name in (g.name, *g.aliases):
+                gpu_by_name.setdefault(gpu_name_key(name), g)
+        return cls(MappingProxyType(versions), MappingProxyType(admitted), MappingProxyType(gpu_by_name),
+                   tuple(sorted(m.flash_attn, key=lambda f: f.version)))
+
+    def admits(self, spec: SpecifierSet, v: Version) -> bool:
+        """spec.contains(v, prereleases=True)."""
+        known = self.admitted.get(id(spec))
+        if known is None or v not in known[0]:
+            return spec.contains(v, prereleases=True)
+        return v in known[1]
 
 
 def dtk_text(v: Version) -> str:

@@ -4,9 +4,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable
 from xml.etree import ElementTree as ET
 
+from envkit.core.judge import quiet_groups
 from envkit.errors import InputError
+from envkit.model.host import Finding
+from envkit.model.rules import group_of
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,8 @@ def to_xml(suite: str, cases: list[Case]) -> bytes:
         elif c.detail:
             ET.SubElement(tc, "system-out").text = c.detail
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 def write(path: str, suite: str, cases: list[Case]) -> None:
@@ -41,23 +46,22 @@ def write(path: str, suite: str, cases: list[Case]) -> None:
         raise InputError(f"cannot write JUnit file {path}: {exc.strerror}", "give a writable --junit path") from None
 
 
-def selftest_cases(doc: dict) -> list[Case]:
+def selftest_cases(doc: dict[str, Any]) -> list[Case]:
     return [Case(c["name"], "envkit.selftest", bool(c["ok"]), "" if c["ok"] else c["detail"], c["detail"]) for c in doc.get("checks", [])]
 
 
-def sweep_cases(doc: dict) -> list[Case]:
+def sweep_cases(doc: dict[str, Any]) -> list[Case]:
     """Each concurrency level of a serving sweep is a case; any failed request fails it."""
     return [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0, "; ".join(lv["errors"]), json.dumps(lv))
             for lv in doc["levels"]]
 
 
-GROUPS = ("driver", "gpu", "torch", "flash-attn", "vllm", "kernels", "cuda", "ld-library-path", "dtk", "host", "for")
-
-
-def doctor_cases(findings) -> list[Case]:
-    """Each finding is a case (errors and warnings fail); each check group with no finding passes."""
-    cases = [Case(f.rule, f"envkit.doctor.{f.rule.split('.')[0]}", f.severity == "info",
+def doctor_cases(findings: Iterable[Finding]) -> list[Case]:
+    """Each finding is a case (errors and warnings fail); each check group with no finding passes.
+    The groups come from the rule catalogue and the doctor's check registry (core/judge.py)."""
+    findings = list(findings)
+    cases = [Case(f.rule, f"envkit.doctor.{group_of(f.rule)}", f.severity == "info",
                   f"{f.seen}: {f.why}", f"fix: {f.fix}\nsource: {f.source}") for f in findings]
-    hit = {f.rule.split(".")[0] for f in findings}
-    cases += [Case(f"{g}: no finding", f"envkit.doctor.{g}", True) for g in GROUPS if g not in hit and g not in ("host", "for")]
+    hit = {group_of(f.rule) for f in findings}
+    cases += [Case(f"{g}: no finding", f"envkit.doctor.{g}", True) for g in quiet_groups() if g not in hit]
     return cases

@@ -49,6 +49,9 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
+            if mod == "envkit":  # `from envkit import app`: the subpackage is what is imported (__version__ is the package's)
+                out += [(node.lineno, "envkit" if a.name.startswith("__") else f"envkit.{a.name}", id(node) in top) for a in node.names]
+                continue
             out.append((node.lineno, mod, id(node) in top))
     return out
 

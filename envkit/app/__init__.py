@@ -1,1 +1,12 @@
+"""Use cases: typed requests in, typed outcomes out; progress through a Reporter passed in.
+Submodules load on first use (PEP 562), so `from envkit import app` costs nothing until a command uses one."""
+from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name.startswith("_"):
+        raise AttributeError(name)
+    return importlib.import_module(f"{__name__}.{name}")

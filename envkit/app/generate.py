@@ -37,7 +37,7 @@ def command_line(flags: dict[str, str], site: Site, opts: Options, lock: Optiona
 
 
 def _resolve(m: Matrix, flags: dict[str, str]) -> Result:
-    q = parse_query(m, **{k: flags.get(k) for k in FLAG_ORDER})
+    q = parse_query(m, ResolveFlags.from_mapping(flags))
     return resolve(m, q)
 
 

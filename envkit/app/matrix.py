@@ -15,6 +15,10 @@ from envkit.matrixgen import refresh as derived
 from envkit.model.matrix import Matrix
 
 
+def load(path: Optional[str]) -> Matrix:
+    return matrix_file.load(path)
+
+
 @dataclass(frozen=True)
 class Checked:
     matrix: Matrix

@@ -11,4 +11,4 @@ from envkit.model.solution import Result
 
 def resolve(flags: ResolveFlags, matrix_path: Optional[str] = None) -> Result:
     m = matrix_file.load(matrix_path)
-    return solve(m, parse_query(m, **flags.as_kwargs()))
+    return solve(m, parse_query(m, flags))

@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
 
 from envkit.adapters.openai_http import one_request
 from envkit.app.reporter import Reporter, Silent
@@ -24,7 +24,7 @@ from envkit.errors import InputError
 from envkit.model.results import LevelResult, SweepResult
 
 
-def run_level(url: str, model: str, requests: list, concurrency: int,
+def run_level(url: str, model: str, requests: Sequence[tuple[Union[str, list[int]], int]], concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None) -> dict:
     done = [0]
     lock = threading.Lock()
@@ -44,7 +44,7 @@ def run_level(url: str, model: str, requests: list, concurrency: int,
     return summarize(results, wall, concurrency)
 
 
-def sweep(url: str, model: str, concurrency: list, requests: list,
+def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Union[str, list[int]], int]],
           progress: Optional[Callable[[int, int, int], None]] = None) -> list:
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
     one_request(url, model, requests[0][0], 2)  # warm-up, not counted
@@ -81,6 +81,7 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResu
     if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
         raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
     levels_asked = _levels(req.concurrency)
+    requests: Sequence[tuple[Union[str, list[int]], int]]  # (prompt text or token ids, output length)
     if req.dataset:
         requests = parse_file(req.dataset, "dataset",
                               'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)',

@@ -3,36 +3,32 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from envkit.ui import report_dir
-from envkit.app import doctor as doctoring, selftest as selftesting
-from envkit.app.inspect import inspect as inspect_image
-from envkit.app.sweep import SweepRequest, serving_sweep
+from envkit import app, ui
 from envkit.cli.options import JSON, JUNIT, MATRIX
 from envkit.errors import EXIT_NO_SOLUTION
 from envkit.inimage.selftest import ENGINES, SHAPES
-from envkit.ui import junit
-from envkit.ui.output import print_json
-from envkit.ui.plot import sweep_chart
-from envkit.ui.progress import RichReporter, console
-from envkit.ui.report import print_doctor, print_inspect, print_selftest, print_sweep
+
+
+if TYPE_CHECKING:
+    from envkit.app.sweep import SweepRequest
 
 
 def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path: Optional[str]) -> None:
-    with RichReporter(console(stderr=True)) as reporter:
-        result = serving_sweep(sweep, reporter)
+    with ui.progress.RichReporter(ui.progress.console(stderr=True)) as reporter:
+        result = app.sweep.serving_sweep(sweep, reporter)
     doc = result.to_json()
     if report:
-        report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": sweep_chart(doc)})
+        ui.report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": ui.plot.sweep_chart(doc)})
     if junit_path:
-        junit.write(junit_path, f"envkit selftest sweep {doc['engine']}", junit.sweep_cases(doc))
+        ui.junit.write(junit_path, f"envkit selftest sweep {doc['engine']}", ui.junit.sweep_cases(doc))
     if as_json:
-        print_json(doc)
+        ui.output.print_json(doc)
     else:
-        print_sweep(doc)
+        ui.report.print_sweep(doc)
     if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -57,25 +53,25 @@ def selftest(
 ) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
     urls = [e for e in engines if e.startswith("openai:")]
-    req = selftesting.SelftestRequest(quick, tuple(e for e in engines if not e.startswith("openai:")), tuple(shapes), model, parity,
+    req = app.selftest.SelftestRequest(quick, tuple(e for e in engines if not e.startswith("openai:")), tuple(shapes), model, parity,
                                       lambada, peak_gbs, input_len, output_len)
-    selftesting.check_engines(req)
+    app.selftest.check_engines(req)
     if report:
-        report_dir.ready(report)
-    selftesting.check_sweep_alone(urls, req, image, dataset)
+        ui.report_dir.ready(report)
+    app.selftest.check_sweep_alone(urls, req, image, dataset)
     if urls:
-        return _sweep(SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset),
+        return _sweep(app.sweep.SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset),
                       as_json, report, junit_path)
-    result = selftesting.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else selftesting.run_here(req)
+    result = app.selftest.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else app.selftest.run_here(req)
     doc = result.to_json()
     if report:
-        report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
+        ui.report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
     if junit_path:
-        junit.write(junit_path, f"envkit selftest{' ' + image if image else ''}", junit.selftest_cases(doc))
+        ui.junit.write(junit_path, f"envkit selftest{' ' + image if image else ''}", ui.junit.selftest_cases(doc))
     if as_json:
-        print_json(doc)
+        ui.output.print_json(doc)
     else:
-        print_selftest(doc, image)
+        ui.report.print_selftest(doc, image)
     if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -90,13 +86,13 @@ def doctor(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
-    d = doctoring.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
+    d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
     if junit_path:
-        junit.write(junit_path, f"envkit doctor{' --image ' + image if image else ''}", junit.doctor_cases(list(d.findings)))
+        ui.junit.write(junit_path, f"envkit doctor{' --image ' + image if image else ''}", ui.junit.doctor_cases(list(d.findings)))
     if as_json:
-        print_json(d.to_json())
+        ui.output.print_json(d.to_json())
     else:
-        print_doctor(d.host, list(d.findings), image)
+        ui.report.print_doctor(d.host, list(d.findings), image)
     if not d.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -108,13 +104,13 @@ def inspect(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """What an image holds (its solution label), and doctor's checks for it on this host."""
-    i = inspect_image(image, matrix_path)
+    i = app.inspect.inspect(image, matrix_path)
     if junit_path:
-        junit.write(junit_path, f"envkit inspect {image}", junit.doctor_cases(list(i.findings)))
+        ui.junit.write(junit_path, f"envkit inspect {image}", ui.junit.doctor_cases(list(i.findings)))
     if as_json:
-        print_json(i.to_json())
+        ui.output.print_json(i.to_json())
     else:
-        print_inspect(image, i.labels, i.solution.to_json())
-        print_doctor(i.host, list(i.findings), image)
+        ui.report.print_inspect(image, i.labels, i.solution.to_json())
+        ui.report.print_doctor(i.host, list(i.findings), image)
     if not i.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)

@@ -6,11 +6,8 @@ from typing import Optional
 
 import typer
 
-from envkit.app import matrix as matrices
+from envkit import app, ui
 from envkit.cli.options import JSON, MATRIX
-from envkit.config import matrix_file
-from envkit.ui.output import print_json
-from envkit.ui.report import print_matrix, print_matrix_check, print_refresh
 
 EXIT_DIFFERS = 1
 
@@ -22,7 +19,7 @@ def export(
     contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
 ) -> None:
     """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON."""
-    text = matrices.export_project(project, fmt, contexts, out)
+    text = app.matrix.export_project(project, fmt, contexts, out)
     if text is not None:
         sys.stdout.write(text)
 
@@ -32,11 +29,11 @@ def check(
     as_json: bool = JSON,
 ) -> None:
     """Validate the matrix: every bad row is reported with its line."""
-    c = matrices.check(path)
+    c = app.matrix.check(path)
     if as_json:
-        print_json(c.to_json())
+        ui.output.print_json(c.to_json())
     else:
-        print_matrix_check(c)
+        ui.report.print_matrix_check(c)
 
 
 def refresh(
@@ -47,11 +44,11 @@ def refresh(
 ) -> None:
     """Derive the generated tables of matrix.toml from the source extracts in data/sources
     (flash-attn workflows and setup.py per tag, PyPI metadata...); --check fails on any hand edit."""
-    r = matrices.refresh(matrix_path, sources, check)
+    r = app.matrix.refresh(matrix_path, sources, check)
     if as_json:
-        print_json(r.to_json())
+        ui.output.print_json(r.to_json())
     else:
-        print_refresh(r)
+        ui.report.print_refresh(r)
     if not r.ok:
         raise typer.Exit(EXIT_DIFFERS)
 
@@ -61,4 +58,4 @@ def show(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Print the matrix (or one table) as rich tables."""
-    print_matrix(matrix_file.load(matrix_path), table)
+    ui.report.print_matrix(app.matrix.load(matrix_path), table)

@@ -5,26 +5,19 @@ from typing import Optional
 
 import typer
 
-from envkit.app import build as building
-from envkit.app.build_all import build_all
-from envkit.app.bundle import make_bundle
-from envkit.app.generate import generate as generate_context
-from envkit.app.resolve import resolve as resolve_stack
+from envkit import app, ui
 from envkit.cli.options import FORCE, JSON, LOCK, MATRIX, MIRROR, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
 from envkit.model.solution import Unsolved
-from envkit.ui.output import print_json, show_result
-from envkit.ui.progress import BuildBoard, RichReporter, console
-from envkit.ui.report import print_build, print_bundle, print_plan
 
 
 @resolve_flags
 def resolve(flags: ResolveFlags, as_json: bool = JSON, matrix_path: Optional[str] = MATRIX) -> None:
     """Solve the compatibility matrix: the newest consistent stack, or every conflict with its fix."""
-    result = resolve_stack(flags, matrix_path)
-    show_result(result, as_json)
+    result = app.resolve.resolve(flags, matrix_path)
+    ui.output.show_result(result, as_json)
     if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
 
@@ -46,15 +39,15 @@ def generate(
 ) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
     opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-    g = generate_context(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
+    g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
                          out=None if dry_run else out, force=force)
     if isinstance(g, Unsolved):
-        show_result(g.result, as_json)
+        ui.output.show_result(g.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
     if as_json:
-        print_json(g.to_json())
+        ui.output.print_json(g.to_json())
     else:
-        print_plan(g.plan, g.out, sorted(g.files))
+        ui.report.print_plan(g.plan, g.out, sorted(g.files))
 
 
 @resolve_flags
@@ -69,16 +62,16 @@ def bundle(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
-    with RichReporter(console(stderr=True), prefix="bundle: ") as reporter:
-        b = make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
+    with ui.progress.RichReporter(ui.progress.console(stderr=True), prefix="bundle: ") as reporter:
+        b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
                         force=force, reporter=reporter)
     if isinstance(b, Unsolved):
-        show_result(b.result, as_json)
+        ui.output.show_result(b.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
     if as_json:
-        print_json(b.to_json())
+        ui.output.print_json(b.to_json())
     else:
-        print_bundle(b.report)
+        ui.report.print_bundle(b.report)
 
 
 @resolve_flags
@@ -101,28 +94,28 @@ def build(
     matrix_path: Optional[str] = MATRIX,
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
-    req = building.BuildRequest(flags, offline, bundle_dir, lock, mirror, out, tag, network, no_cache, dry_run, matrix_path)
-    building.check_options(network, tag)
-    out_console = console(stderr=as_json)
+    req = app.build.BuildRequest(flags, offline, bundle_dir, lock, mirror, out, tag, network, no_cache, dry_run, matrix_path)
+    app.build.check_options(network, tag)
+    out_console = ui.progress.console(stderr=as_json)
     if all_targets:
-        proj = building.load_project(project, target, all_targets, req)
-        with BuildBoard([t.name for t in proj.targets], out_console) as board:
-            built = build_all(proj, jobs=jobs, network=network, no_cache=no_cache, board=board, dry_run=dry_run, matrix_path=matrix_path)
+        proj = app.build.load_project(project, target, all_targets, req)
+        with ui.progress.BuildBoard([t.name for t in proj.targets], out_console) as board:
+            built = app.build_all.build_all(proj, jobs=jobs, network=network, no_cache=no_cache, board=board, dry_run=dry_run, matrix_path=matrix_path)
         out_console.print(built.summary())
         if as_json:
-            print_json(built.to_json())
+            ui.output.print_json(built.to_json())
         if not built.ok:
             raise typer.Exit(EXIT_EXTERNAL)
         return
-    with RichReporter(out_console) as reporter:
-        outcome = (building.build_project_target(project, target, req, reporter) if project or target
-                   else building.build(req, reporter))
+    with ui.progress.RichReporter(out_console) as reporter:
+        outcome = (app.build.build_project_target(project, target, req, reporter) if project or target
+                   else app.build.build(req, reporter))
     if isinstance(outcome, Unsolved):
-        show_result(outcome.result, as_json)
+        ui.output.show_result(outcome.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
-    if isinstance(outcome, building.DryRun):
+    if isinstance(outcome, app.build.DryRun):
         out_console.print("dry run: preflight passed; nothing was built")
     if as_json:
-        print_json(outcome.to_json())
-    elif isinstance(outcome, building.Built):
-        print_build(outcome, out_console)
+        ui.output.print_json(outcome.to_json())
+    elif isinstance(outcome, app.build.Built):
+        ui.report.print_build(outcome, out_console)

@@ -21,6 +21,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envkit.errors import InputError
+from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import CC, PLATFORMS, CudaToolkit, Driver, FaWheelBuild, FlashAttn, Gpu, Matrix, TorchBuild, Vllm, VllmBuild
 from envkit.model.matrix import dtk_text, gpu_name_key, runs_on, sass_runs_on
 from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution, VllmPick
@@ -96,37 +97,32 @@ def _xy(text: str, what: str, pattern: str, example: str) -> Version:
     return Version(t)
 
 
-def parse_query(m: Matrix, *, gpu: Optional[str] = None, driver: Optional[str] = None,
-                platform: Optional[str] = None, cuda: Optional[str] = None, rocm: Optional[str] = None,
-                dtk: Optional[str] = None, python: Optional[str] = None, torch: Optional[str] = None,
-                flash_attn: Optional[str] = None, vllm: Optional[str] = None,
-                kernels: Optional[str] = None) -> Query:
-    given = tuple((k, v) for k, v in (("gpu", gpu), ("driver", driver), ("platform", platform), ("cuda", cuda),
-                                       ("rocm", rocm), ("dtk", dtk), ("python", python), ("torch", torch),
-                                       ("flash_attn", flash_attn), ("vllm", vllm), ("kernels", kernels)) if v)
-    q: dict[str, Any] = {"given": given}
-    if gpu:
-        q["gpu"] = find_gpu(m, gpu)
-    if driver:
-        q["driver"] = _parse_driver(driver)
-    if platform:
-        q["platform"] = _parse_platform(platform)
-    if cuda:
-        q["cuda"] = _parse_cuda(m, cuda)
-    if rocm:
-        q["rocm"] = _release_prefix(rocm, "ROCm", r"\d+\.\d+(\.\d+)?", "6.2", [r.version for r in m.rocm], str)
-    if dtk:
-        q["dtk"] = _release_prefix(dtk, "DTK", r"\d{2}\.\d{2}(\.\d+)?", "24.04", [d.version for d in m.dtk], dtk_text)
-    if python:
-        q["python"] = _parse_python(m, python)
-    if torch:
-        q["torch"], q["torch_local"] = _parse_torch(m, torch)
-    if flash_attn:
-        q["flash_attn"] = _parse_release(m, "flash_attn", flash_attn, "flash-attn", " (FlashAttention 1.x, 3 and 4 are not modelled)")
-    if vllm:
-        q["vllm"] = _parse_release(m, "vllm", vllm, "vLLM", "")
-    if kernels:
-        q["kernels"] = _parse_kernels(kernels)
+def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Optional[str]) -> Query:
+    """The resolve flags (a ResolveFlags, or the same as keywords) checked and parsed against the matrix."""
+    f = flags if flags is not None else ResolveFlags.from_mapping(given)
+    q: dict[str, Any] = {"given": tuple(f.to_dict().items())}
+    if f.gpu:
+        q["gpu"] = find_gpu(m, f.gpu)
+    if f.driver:
+        q["driver"] = _parse_driver(f.driver)
+    if f.platform:
+        q["platform"] = _parse_platform(f.platform)
+    if f.cuda:
+        q["cuda"] = _parse_cuda(m, f.cuda)
+    if f.rocm:
+        q["rocm"] = _release_prefix(f.rocm, "ROCm", r"\d+\.\d+(\.\d+)?", "6.2", [r.version for r in m.rocm], str)
+    if f.dtk:
+        q["dtk"] = _release_prefix(f.dtk, "DTK", r"\d{2}\.\d{2}(\.\d+)?", "24.04", [d.version for d in m.dtk], dtk_text)
+    if f.python:
+        q["python"] = _parse_python(m, f.python)
+    if f.torch:
+        q["torch"], q["torch_local"] = _parse_torch(m, f.torch)
+    if f.flash_attn:
+        q["flash_attn"] = _parse_release(m, "flash_attn", f.flash_attn, "flash-attn", " (FlashAttention 1.x, 3 and 4 are not modelled)")
+    if f.vllm:
+        q["vllm"] = _parse_release(m, "vllm", f.vllm, "vLLM", "")
+    if f.kernels:
+        q["kernels"] = _parse_kernels(f.kernels)
     return Query(**q)
 
 

@@ -65,9 +65,6 @@ class ResolveFlags:
         """The flags that were given, in the declared order (the lock's `query`)."""
         return {k: v for k in FLAG_ORDER if (v := getattr(self, k))}
 
-    def as_kwargs(self) -> dict[str, Optional[str]]:
-        return {k: getattr(self, k) for k in FLAG_ORDER}
-
     def any(self) -> bool:
         return bool(self.to_dict())
 

@@ -99,7 +99,6 @@ class Solution:
             return ""
         return dtk_text(self.toolkit) if self.platform == "dtk" else str(self.toolkit)
 
-    _toolkit_text = toolkit_text
 
     def flat(self) -> dict[str, str]:
         """The few fields people compare: what case files match on."""
@@ -133,8 +132,8 @@ class Solution:
             "gpu": None if self.gpu is None else {"name": self.gpu.name, "arch": self.gpu.arch, "vendor": self.gpu.vendor,
                                                   "memory_gb": self.gpu.memory_gb, "bandwidth_gbs": self.gpu.bandwidth_gbs},
             "python": str(self.python),
-            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": self._toolkit_text,
-                                                          "release": self.cuda.release if self.cuda else self._toolkit_text},
+            "toolkit": None if self.toolkit is None else {"kind": self.platform, "version": self.toolkit_text,
+                                                          "release": self.cuda.release if self.cuda else self.toolkit_text},
             "min_driver": None if self.min_driver is None else str(self.min_driver),
             "images": {"devel": self.devel_image, "runtime": self.runtime_image},
             "torch": {"version": str(t.version), "variant": t.variant, "pin": t.pin, "index_url": t.index_url,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.markup import escape
 from rich.console import Console
@@ -13,9 +13,11 @@ from rich.table import Table
 from envkit.model.matrix import Matrix
 from envkit.model.flags import FLAG
 from envkit.model.matrix import dtk_text
-from envkit.app.build import Built
-from envkit.app.matrix import Checked, Refreshed
 from envkit.model.solution import Result
+
+if TYPE_CHECKING:
+    from envkit.app.build import Built
+    from envkit.app.matrix import Checked, Refreshed
 
 RULE_STYLE = "bold red"
 

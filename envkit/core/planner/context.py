@@ -71,7 +71,7 @@ def qualified_image(ref: str) -> str:
 
 def stack_text(sol: Solution) -> str:
     """One line naming the stack, for the Dockerfile header and the image description."""
-    parts = [sol.platform if sol.platform == "cpu" else f"{sol.platform} {sol._toolkit_text}",
+    parts = [sol.platform if sol.platform == "cpu" else f"{sol.platform} {sol.toolkit_text}",
              f"python {sol.python}", f"torch {sol.torch.pin}"]
     if sol.flash_attn:
         parts.append(f"flash-attn {sol.flash_attn.version} ({sol.flash_attn.build})")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs everything the tests need (envkit and its test extras into .venv, a real
-# Docker Engine, a locally made Debian 12 base image), then runs them.
+# Docker Engine, a locally made Debian 12 base image), type-checks the package, then runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,4 +12,6 @@ PY=${PYTHON:-python3}
 ./scripts/start-vllm-env.sh
 .venv/bin/envkit matrix check
 .venv/bin/envkit matrix refresh --check
+.venv/bin/python -m mypy --strict envkit/model envkit/core   # the values and the pure core: strictly typed
+.venv/bin/python -m mypy envkit                             # the rest (inimage/ runs on images' Pythons: not checked)
 exec .venv/bin/python -m pytest -q "$@"

@@ -9,6 +9,9 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 
+from envkit import ui
+from envkit.errors import EXIT_NO_SOLUTION
+from envkit.model.solution import Unsolved
 from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,3 +41,14 @@ def resolve_flags(command: F) -> F:
     with_flags.__signature__ = signature.replace(parameters=params, return_annotation=hints.get("return", None))  # type: ignore[attr-defined]
     with_flags.__annotations__ = {p.name: p.annotation for p in params}
     return typing.cast(F, with_flags)
+
+
+def finish(outcome: Any, as_json: bool, show: Callable[[Any], None]) -> None:
+    """Print a use case's outcome: its JSON document, or `show` for people. With no solution, the conflicts (exit 1)."""
+    if isinstance(outcome, Unsolved):
+        ui.output.show_result(outcome.result, as_json)
+        raise typer.Exit(EXIT_NO_SOLUTION)
+    if as_json:
+        ui.output.print_json(outcome.to_json())
+    else:
+        show(outcome)

@@ -6,11 +6,10 @@ from typing import Optional
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import FORCE, JSON, LOCK, MATRIX, MIRROR, resolve_flags
+from envkit.cli.options import FORCE, JSON, LOCK, MATRIX, MIRROR, finish, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
-from envkit.model.solution import Unsolved
 
 
 @resolve_flags
@@ -41,13 +40,7 @@ def generate(
     opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
                          out=None if dry_run else out, force=force)
-    if isinstance(g, Unsolved):
-        ui.output.show_result(g.result, as_json)
-        raise typer.Exit(EXIT_NO_SOLUTION)
-    if as_json:
-        ui.output.print_json(g.to_json())
-    else:
-        ui.report.print_plan(g.plan, g.out, sorted(g.files))
+    finish(g, as_json, lambda g: ui.report.print_plan(g.plan, g.out, sorted(g.files)))
 
 
 @resolve_flags
@@ -65,13 +58,7 @@ def bundle(
     with ui.progress.RichReporter(ui.progress.console(stderr=True), prefix="bundle: ") as reporter:
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
                         force=force, reporter=reporter)
-    if isinstance(b, Unsolved):
-        ui.output.show_result(b.result, as_json)
-        raise typer.Exit(EXIT_NO_SOLUTION)
-    if as_json:
-        ui.output.print_json(b.to_json())
-    else:
-        ui.report.print_bundle(b.report)
+    finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
 
 
 @resolve_flags
@@ -110,12 +97,4 @@ def build(
     with ui.progress.RichReporter(out_console) as reporter:
         outcome = (app.build.build_project_target(project, target, req, reporter) if project or target
                    else app.build.build(req, reporter))
-    if isinstance(outcome, Unsolved):
-        ui.output.show_result(outcome.result, as_json)
-        raise typer.Exit(EXIT_NO_SOLUTION)
-    if isinstance(outcome, app.build.DryRun):
-        out_console.print("dry run: preflight passed; nothing was built")
-    if as_json:
-        ui.output.print_json(outcome.to_json())
-    elif isinstance(outcome, app.build.Built):
-        ui.report.print_build(outcome, out_console)
+    finish(outcome, as_json, lambda built: ui.report.print_build(built, out_console))

@@ -80,8 +80,8 @@ def _pypi(ext: dict[str, Any]) -> dict[str, Any]:
 
 
 def _python(ext: dict[str, Any]) -> str:
-    minors = sorted({int(re.fullmatch(r"cp3(\d+)m?", t).group(1)) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
-                     if re.fullmatch(r"cp3\d+m?", t)})
+    minors = sorted({int(m.group(1)) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
+                     if (m := re.fullmatch(r"cp3(\d+)m?", t))})
     if not minors:
         raise DeriveError(f"torch {ext['version']}: no CPython wheel tags")
     for a, b in zip(minors, minors[1:]):
@@ -153,7 +153,13 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
             row["note"] = "; ".join(inferred)
         row["source"] = "; ".join(dict.fromkeys(u for u in sources if not _moving(u)))
         variants.append(row)
-    variants.sort(key=lambda r: (0 if "cuda" in r else 1, [-x for x in Version(r.get("cuda") or r.get("rocm")).release]))
+    def order(r: dict[str, Any]) -> tuple[int, list[int]]:
+        platform = r.get("cuda") or r.get("rocm")
+        if platform is None:
+            raise DeriveError(f"torch {version}: variant {r['name']} names neither a CUDA nor a ROCm version")
+        return (0 if "cuda" in r else 1, [-x for x in Version(platform).release])
+
+    variants.sort(key=order)
     return {
         "versions": [version],
         "python": _python(ext),

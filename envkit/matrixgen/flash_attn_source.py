@@ -134,7 +134,7 @@ def _const_version(node: ast.AST) -> Optional[str]:
     return None
 
 
-def _find_wheel_function(tree: ast.Module) -> Optional[ast.AST]:
+def _find_wheel_function(tree: ast.Module) -> Optional[ast.FunctionDef]:
     """The function that builds the `+cu...torch...` wheel filename."""
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef):
@@ -157,9 +157,9 @@ def _cond(test: ast.AST) -> dict[str, Any]:
             and isinstance(test.left, ast.Attribute) and isinstance(test.left.value, ast.Name) \
             and isinstance(test.comparators[0], ast.Constant):
         owner, attr, value = test.left.value.id, test.left.attr, test.comparators[0].value
-        if owner == "torch_cuda_version" and attr == "major":
+        if owner == "torch_cuda_version" and attr == "major" and isinstance(value, int):
             return {"cuda_major": int(value)}
-        if owner == "torch_version_raw" and attr in ("major", "minor"):
+        if owner == "torch_version_raw" and attr in ("major", "minor") and isinstance(value, int):
             return {f"torch_{attr}": int(value)}
     raise Unrecognised(f"unknown condition in the wheel-name code: {ast.unparse(test)}")
 
@@ -253,8 +253,9 @@ def _gencodes(tree: ast.Module) -> list[dict[str, str]]:
                 floor_of(v, acc)
         elif isinstance(test, ast.Compare) and len(test.ops) == 1:
             left, op, right = test.left, test.ops[0], test.comparators[0]
-            if isinstance(left, ast.Name) and left.id == "bare_metal_version" and isinstance(op, ast.GtE) and _const_version(right):
-                acc["nvcc"] = _const_version(right)
+            if isinstance(left, ast.Name) and left.id == "bare_metal_version" and isinstance(op, ast.GtE) \
+                    and (floor := _const_version(right)):
+                acc["nvcc"] = floor
             elif isinstance(left, ast.Constant) and isinstance(op, ast.In) and isinstance(right, ast.Call) \
                     and isinstance(right.func, ast.Name) and right.func.id == "cuda_archs":
                 acc["switch"] = str(left.value)
@@ -348,7 +349,7 @@ def parse_setup(text: str) -> dict[str, Any]:
     }
 
 
-def parse_readme(text: str) -> dict[str, Optional[str]]:
+def parse_readme(text: str) -> dict[str, Optional[str | int]]:
     torch = re.search(r"^- PyTorch (\d+\.\d+(?:\.\d+)?)(?: and above|\+)", text, re.M)
     rocm = re.search(r"^- ROCm (\d+\.\d+)(?: and above|\+)", text, re.M)
     return {

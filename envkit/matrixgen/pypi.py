@@ -220,7 +220,12 @@ def sdist_members(f: PyPIFile, wanted: Callable[[str], bool]) -> dict[str, bytes
 
 def sdist_listing(f: PyPIFile) -> list[str]:
     names: list[str] = []
-    sdist_members(f, lambda rel: names.append(rel) and False)
+
+    def record(rel: str) -> bool:
+        names.append(rel)
+        return False  # list only: read no member
+
+    sdist_members(f, record)
     return sorted(names)
 
 

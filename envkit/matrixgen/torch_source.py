@@ -193,7 +193,8 @@ def cuda_requirements(requires_dist: Iterable[str]) -> list[str]:
 def python_spec(abi_tags: Iterable[str]) -> dict[str, Any]:
     """ABI tags of the published wheels (cp37m, cp311, cp313t) -> CPython versions, the free-threaded
     ones, and a specifier over the regular ones."""
-    gil, ft = set(), set()
+    gil: set[tuple[int, int]] = set()
+    ft: set[tuple[int, int]] = set()
     for t in abi_tags:
         m = re.fullmatch(r"cp(\d)(\d+)(m|t)?", t)
         if not m:
@@ -253,7 +254,7 @@ def measure_wheel(f: pypi.PyPIFile) -> dict[str, Any]:
     return {
         "wheel": {"filename": f.filename, "url": f.url, "sha256": f.sha256, "citation": f.citation},
         "metadata": {
-            "Requires-Python": (meta.get("Requires-Python") or [None])[0],
+            "Requires-Python": meta["Requires-Python"][0] if meta.get("Requires-Python") else None,
             "requires_dist_cuda": cuda_requirements(reqs),
             "requires_dist_triton": [r for r in reqs if re.match(r"(pytorch-)?triton\b", r)],
         },
@@ -327,6 +328,10 @@ def derive_one(ext: dict[str, Any]) -> dict[str, Any]:
         return out
     vpy = m["version_py"]
     flags = m["arch_flags"]["strings"]
+    archs: Optional[list[str]]
+    ptx: Optional[list[str]]
+    arch_list: Optional[str]
+    arch_reason: Optional[str]
     if len(flags) == 1:
         parts = split_arch_flags(flags[0])
         archs, ptx, arch_list, arch_reason = parts["sm"], parts["ptx"], arch_list_form(flags[0]), None
@@ -550,14 +555,16 @@ def rocm_arch_from_build_docker(text: str, rocm: str) -> dict[str, Any]:
     start = next((i for i, l in enumerate(lines) if re.match(r"^\s*rocm\)\s*$", l)), None)
     if start is None:
         raise Unrecognised("no rocm) arm")
-    value, used, cond, cond_line = None, [], None, None
+    value: Optional[str] = None
+    used: list[tuple[int, str]] = []
+    cond: Optional[tuple[int, tuple[int, str]]] = None  # the open `if ... -ge N; then`: N and its line
     for j in range(start, len(lines)):
         l = lines[j]
         if l.strip() == ";;":
             break
         mc = re.match(r"^\s*if \[\[ \$ROCM_VERSION_INT -ge (\d+) \]\]; then\s*$", l)
         if mc:
-            cond, cond_line = int(mc.group(1)), (j + 1, l)
+            cond = int(mc.group(1)), (j + 1, l)
             continue
         if cond is not None and l.strip() == "fi":
             cond = None
@@ -568,9 +575,9 @@ def rocm_arch_from_build_docker(text: str, rocm: str) -> dict[str, Any]:
             value = mb.group(1)
             used.append((j + 1, l))
         elif ma:
-            if cond is None or vint >= cond:
+            if cond is None or vint >= cond[0]:
                 value = (value or "") + ma.group(1)
-                used += ([cond_line] if cond is not None else []) + [(j + 1, l)]
+                used += ([cond[1]] if cond is not None else []) + [(j + 1, l)]
         elif "PYTORCH_ROCM_ARCH=" in l and "build-arg" not in l:
             raise Unrecognised(f"unknown PYTORCH_ROCM_ARCH assignment: {l.strip()}")
     if value is None:
@@ -619,7 +626,8 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
     if found:
         f, m = found
         cudas, rocms = list(m["CUDA_ARCHES_DICT"]["test"]), list((m.get("ROCM_ARCHES_DICT") or {}).get("test") or [])
-        lines = _find_lines(f["text"], lambda l: l.startswith("CURRENT_CANDIDATE_VERSION"))
+        lines: list[tuple[int, str] | tuple[int, str, str]] = [
+            *_find_lines(f["text"], lambda l: l.startswith("CURRENT_CANDIDATE_VERSION"))]
         blocks = f["text"].splitlines()
         for name in ("CUDA_ARCHES_DICT", "ROCM_ARCHES_DICT"):
             start = next((i for i, l in enumerate(blocks) if l.startswith(f"{name} =")), None)
@@ -659,7 +667,7 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
                 script = cuda_arch_list_from_build_cuda(build_cuda["text"], cuda)
             except Unrecognised as exc:
                 ent["script_reason"] = str(exc)
-        if script:
+        if script and build_cuda:  # a script is only read from build_cuda
             toks = arch_list_tokens(script["arch_list"])
             ent.update({"archs": toks["sm"], "ptx": toks["ptx"] or None, "torch_cuda_arch_list": script["arch_list"]})
             ent["evidence"].append({"what": f"TORCH_CUDA_ARCH_LIST for CUDA {cuda} (x86_64); builder's manywheel scripts built "
@@ -689,6 +697,8 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
         out["variants"].append(ent)
 
     for rocm in rocms:
+        if listing_ev is None:  # rocms come from the build matrix, which sets listing_ev
+            raise Unrecognised(f"ROCm {rocm} listed without the build matrix that lists it")
         ent = {"name": f"rocm{rocm}", "rocm": rocm, "archs": None, "ptx": None, "evidence": [], "on_pypi": False,
                "published": "verified"}
         ent["evidence"].append({"what": "published: listed in the release candidate's build matrix", **listing_ev})

@@ -131,10 +131,9 @@ def cmake_commands(text: str) -> list[dict[str, Any]]:
                 else:
                     k = end
                 continue
-            elif c == "[" and _skip_bracket(text, k) is not None:
-                end = _skip_bracket(text, k)
-                args.append(text[k:end])
-                k = end
+            elif c == "[" and (close := _skip_bracket(text, k)) is not None:
+                args.append(text[k:close])
+                k = close
                 continue
             elif c == "(":
                 depth += 1
@@ -684,7 +683,8 @@ def _scan_wheel_extensions(w: pypi.PyPIFile) -> dict[str, Any]:
     """Read the wheel's .so members smallest first until one links libcudart (within SO_BUDGET
     compressed bytes): their DT_NEEDED and any CUDA toolkit paths (`/cuda-X.Y/include`) in them."""
     entries = sorted((c, n) for n, _comp, c, _off in pypi._central_directory(w) if re.search(r"\.so(\.\d+)*$", n))
-    read, budget = [], 0
+    read: list[dict[str, Any]] = []
+    budget = 0
     paths: dict[str, str] = {}
     cudart = None
     for csize, name in entries:
@@ -699,8 +699,8 @@ def _scan_wheel_extensions(w: pypi.PyPIFile) -> dict[str, Any]:
         for rp in (dyn or {}).get("runpath", []):
             for m in re.finditer(r"/cuda-(\d+\.\d+)/", rp):
                 paths.setdefault(m.group(1), f"{name}: RUNPATH {rp}")
-        for m in TOOLKIT_PATH.finditer(data):
-            paths.setdefault(m.group(1).decode(), f"{name}: {m.group(0).decode('ascii', 'replace').strip()}")
+        for tm in TOOLKIT_PATH.finditer(data):
+            paths.setdefault(tm.group(1).decode(), f"{name}: {tm.group(0).decode('ascii', 'replace').strip()}")
         for lib in needed or []:
             if re.fullmatch(r"libcudart\.so\.\d+(\.\d+)*", lib):
                 cudart = {"member": name, "needed": lib, "major": lib.split(".so.")[1].split(".")[0]}
@@ -759,6 +759,8 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
 
     def from_sdist_or_wheel(member: str) -> tuple[Optional[str], Optional[dict[str, str]]]:
         if member in members:
+            if sdist is None:
+                raise Unrecognised(f"{member}: read as an sdist member, but {version} has no sdist")
             return members[member], {"artifact": sdist.filename, "citation": sdist.citation, "member": member}
         if wheel is not None and member in wheel_members:
             return _text(pypi.wheel_member(wheel, member)), {"artifact": wheel.filename, "citation": wheel.citation, "member": member}
@@ -814,9 +816,14 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
 
     # ---- release pipeline, Dockerfile, docs, release scripts
     pipe = members.get(".buildkite/release-pipeline.yaml")
-    doc["release_pipeline"] = None if pipe is None else {
-        "source": {"artifact": sdist.filename, "citation": sdist.citation, "member": ".buildkite/release-pipeline.yaml"},
-        **parse_release_pipeline(pipe)}
+    if pipe is None:
+        doc["release_pipeline"] = None
+    else:
+        if sdist is None:
+            raise Unrecognised(f".buildkite/release-pipeline.yaml: read as an sdist member, but {version} has no sdist")
+        doc["release_pipeline"] = {
+            "source": {"artifact": sdist.filename, "citation": sdist.citation, "member": ".buildkite/release-pipeline.yaml"},
+            **parse_release_pipeline(pipe)}
     dockerfiles = {}
     for name in ("Dockerfile", "docker/Dockerfile"):
         if name in members:
@@ -959,7 +966,7 @@ def wheel_python(requires_python: Optional[str], wheel_filenames: list[str]) -> 
 def _min_cc(archs: Optional[list[str]]) -> Optional[str]:
     if not archs:
         return None
-    return min((re.match(r"\d+\.\d+", a).group(0) for a in archs if re.match(r"\d+\.\d+", a)), key=_arch_key, default=None)
+    return min((m.group(0) for a in archs if (m := re.match(r"\d+\.\d+", a))), key=_arch_key, default=None)
 
 
 def _ordered_unique(xs: Iterable[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from rich.markup import escape
 from rich.console import Console
@@ -16,7 +16,7 @@ from envkit.model.matrix import dtk_text
 from envkit.model.solution import Result
 
 if TYPE_CHECKING:
-    from envkit.app.build import Built
+    from envkit.app.build import Built, DryRun
     from envkit.app.matrix import Checked, Refreshed
 
 RULE_STYLE = "bold red"
@@ -174,7 +174,13 @@ def print_bundle(report, console: Optional[Console] = None) -> None:
             f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256")
 
 
-def print_build(built: Built, console: Console) -> None:
+def print_build(outcome: Union[Built, DryRun], console: Console) -> None:
+    from envkit.app.build import Built
+
+    if not isinstance(outcome, Built):
+        console.print("dry run: preflight passed; nothing was built")
+        return
+    built = outcome
     t = Table(title="envkit build", title_justify="left", header_style="bold")
     t.add_column("")
     t.add_column("", overflow="fold")

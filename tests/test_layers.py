@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "matrixgen": {"errors", "data", "model", "config", "adapters"},
     "app": {"errors", "data", "inimage", "model", "core", "config", "adapters", "matrixgen"},
     "ui": {"errors", "data", "inimage", "model", "core", "app"},
-    "cli": {"errors", "data", "inimage", "model", "config", "app", "ui"},
+    "cli": {"errors", "data", "inimage", "model", "app", "ui"},
 }
 THIRD_PARTY_ANYWHERE = {"packaging"}
 IN_IMAGE_LAZY = {"torch", "transformers", "vllm", "flash_attn", "rotary_emb", "dropout_layer_norm"}

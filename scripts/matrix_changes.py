@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envkit.config import matrix_file as new_matrix
-from envkit.core.resolve import _driver_floor
+from envkit.core.resolve.checks import driver_floor
 
 PYTHONS = [Version(f"3.{m}") for m in range(7, 16)]
 
@@ -105,7 +105,7 @@ def new_facts(m) -> dict[str, Any]:
                                 "min_cc": str(v.min_cc) if v.min_cc else None, "rocm_gpus": sorted(v.rocm_archs), "confidence": v.confidence}
     gpus = {}
     for g in m.gpus:
-        floor = _driver_floor(m, g)[0]
+        floor = driver_floor(m, g)[0]
         gpus[g.name] = {"arch": g.arch, "min_driver": None if floor is None else str(floor)}
     return {"flash_attn": fa, "torch": torch, "vllm": vllm, "gpu": gpus, "cuda": _cuda_facts(m)}
 

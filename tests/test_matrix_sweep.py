@@ -7,7 +7,8 @@ from packaging.version import Version
 
 from envkit.config import matrix_file as matrix
 from envkit.model.matrix import CC, runs_on, sass_runs_on
-from envkit.core.resolve import _vllm_pick, _Ctx, parse_query, resolve
+from envkit.core.resolve import parse_query, resolve
+from envkit.core.resolve.checks import Ctx, vllm_pick
 
 M = matrix.load()
 GPUS = [g for g in M.gpus if g.vendor in ("nvidia", "amd")]
@@ -51,7 +52,7 @@ def _check_gpu_fit(q, s) -> None:
         else:
             assert g.arch in f.rocm_archs
     if s.vllm is not None and s.platform == "cuda":
-        pick, _ = _vllm_pick(_Ctx(M, q), t, s.python, s.vllm)
+        pick, _ = vllm_pick(Ctx(M, q), t, s.python, s.vllm)
         assert pick is not None and pick.archs is not None, f"vLLM {s.vllm.version}: no stated arch list"
         assert runs_on(pick.archs, pick.ptx, g.cc)
     if s.vllm is not None and s.platform == "rocm":

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from envkit.config import matrix_file as matrix
 from envkit.model.matrix import CC
-from envkit.core.resolve import _Ctx, _vllm_pick, parse_query, resolve
+from envkit.core.resolve import parse_query, resolve
+from envkit.core.resolve.checks import Ctx, vllm_pick
 
 M = matrix.load()
 GPUS = [g.name for g in M.gpus]
@@ -60,7 +61,7 @@ def test_every_solution_satisfies_every_rule(args: dict) -> None:
         assert v is not None and v.version in q.vllm
         assert t.version in v.torch and s.python in v.python
         if s.platform == "cuda":
-            pick, _ = _vllm_pick(_Ctx(M, q), t, s.python, v)
+            pick, _ = vllm_pick(Ctx(M, q), t, s.python, v)
             assert pick is not None and (pick.cuda == t.toolkit or (pick.on_pypi and t.pypi))
     if q.flash_attn is not None or q.kernels:
         f = next(x for x in M.flash_attn if x.version == s.flash_attn.version)

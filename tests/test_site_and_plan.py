@@ -6,6 +6,7 @@ import pytest
 from envkit.config import matrix_file as mx
 from envkit.errors import InputError
 from envkit.app.generate import solve
+from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
 from envkit.core.planner import plan
 from envkit.core.render import check_offline
@@ -155,9 +156,9 @@ def test_dtk_needs_the_site_to_name_its_image():
 def test_without_python_flag_the_base_images_python_is_preferred_when_torch_stays():
     flags = {"gpu": "H200", "cuda": "13.0", "flash_attn": "2.7.4.post1"}
     unbiased = resolve(M, parse_query(M, **flags)).solution
-    result, used = solve(M, flags, Site())
+    result, used = solve(M, ResolveFlags.from_mapping(flags), Site())
     assert str(unbiased.python) != "3.12"
-    assert str(result.solution.python) == "3.12" and used["python"] == "3.12"
+    assert str(result.solution.python) == "3.12" and used.python == "3.12"
     assert result.solution.torch == unbiased.torch
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
 from envkit.config import matrix_file as mx
@@ -17,16 +17,15 @@ from envkit.core.resolve import parse_query, resolve
 from envkit.model.site import Site
 from envkit.config.site_file import load as load_site
 from envkit.adapters.context_dir import load_templates, write_tree
-from envkit.config.lockfile import check_lock, lock_doc, read_lock
-from envkit.model.flags import FLAG_ORDER
+from envkit.config.lockfile import check_lock, make_lock, read_lock
 
 
-def command_line(flags: dict[str, str], site: Site, opts: Options, lock: Optional[str]) -> str:
+def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[str]) -> str:
     parts = ["envkit", "generate"]
     if lock:
         parts += ["--lock", lock]
     else:
-        parts += [f"--{k.replace('_', '-')}={flags[k]}" for k in FLAG_ORDER if k in flags]
+        parts += flags.command_args()
     if site.given:
         parts += ["--mirror", site.path]
     if opts.offline:
@@ -36,27 +35,22 @@ def command_line(flags: dict[str, str], site: Site, opts: Options, lock: Optiona
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _resolve(m: Matrix, flags: dict[str, str]) -> Result:
-    q = parse_query(m, ResolveFlags.from_mapping(flags))
-    return resolve(m, q)
-
-
-def solve(m: Matrix, flags: dict[str, str], site: Site) -> tuple[Result, dict[str, str]]:
+def solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
     """Resolve; with no --python, prefer the base image's own Python when it keeps the same torch."""
-    result = _resolve(m, flags)
+    result = resolve(m, parse_query(m, flags))
     sol = result.solution
-    if sol is None or "python" in flags:
+    if sol is None or flags.python:
         return result, flags
     try:
         _, _, osr = base_os(m, sol, site)
     except InputError:
         return result, flags
     if osr.python != sol.python:
-        alt_flags = {**flags, "python": str(osr.python)}
-        alt = _resolve(m, alt_flags)
+        alt_flags = replace(flags, python=str(osr.python))
+        alt = resolve(m, parse_query(m, alt_flags))
         if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
                 and alt.solution.flash_attn == sol.flash_attn:
-            return alt, {**flags, "python": str(osr.python)}
+            return alt, alt_flags
     return result, flags
 
 
@@ -82,16 +76,17 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
         if flags.any():
             raise InputError("--lock replays a resolved query; resolve flags cannot be combined with it",
                              "drop the resolve flags, or drop --lock to resolve anew")
-        given, doc = read_lock(lock, m)
-        result = _resolve(m, given)
-        check_lock(lock, doc, result)
+        locked = read_lock(lock)
+        given = locked.query
+        result = resolve(m, parse_query(m, given))
+        check_lock(lock, locked, result)
     else:
-        result, given = solve(m, flags.to_dict(), site)
+        result, given = solve(m, flags, site)
     if result.solution is None:
         return Unsolved(result)
     p = plan(m, result.solution, site, opts)
     command = command_line(given, site, opts, lock)
-    files = render(p, load_templates(), command, lock_doc(m, given, result, site, opts))
+    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts).to_json())
     if out is not None:
         write_tree(out, files, force)
     return Generated(p, result, files, command, out)

@@ -7,54 +7,46 @@ from envkit import __version__
 from envkit.errors import InputError
 from envkit.model.matrix import Matrix
 from envkit.model.plan import Options
-from envkit.model.solution import Result
+from envkit.model.solution import Result, SolutionRecord
 from envkit.model.site import Site
 from envkit.config.userfile import read_text
-from envkit.model.flags import FLAG_ORDER
+from envkit.model.flags import ResolveFlags
+from envkit.model.lock import Lock
 
 
 LOCK_NAME = "envkit.lock.json"
-
 
 
 def matrix_sha256(m: Matrix) -> str:
     return hashlib.sha256(Path(m.path).read_bytes()).hexdigest()
 
 
-
-def read_lock(path: str, m: Matrix) -> tuple[dict[str, str], dict]:
+def read_lock(path: str) -> Lock:
     text = read_text(path, "lock file", "give the envkit.lock.json written by envkit generate")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", "regenerate it with envkit generate") from None
-    if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("query"), dict) or "solution" not in doc:
-        raise InputError(f"lock file {path} is not an envkit lock (schema 1 with query and solution)", "regenerate it with envkit generate")
-    return {str(k): str(v) for k, v in doc["query"].items()}, doc
+    try:
+        return Lock.from_json(doc)
+    except ValueError:
+        raise InputError(f"lock file {path} is not an envkit lock (schema 1 with query and solution)", "regenerate it with envkit generate") from None
 
 
-
-def check_lock(path: str, doc: dict, result: Result) -> None:
+def check_lock(path: str, lock: Lock, result: Result) -> None:
     """The lock replays only if today's matrix resolves its query to the very same solution."""
     if result.solution is None:
         first = result.conflicts[0].message if result.conflicts else "no solution"
         raise InputError(f"lock file {path} no longer resolves: {first}", "regenerate the lock, or pass the matrix it was made with (--matrix)")
-    now = result.solution.to_dict()
-    then = doc["solution"]
+    now = result.solution.to_json()
+    then = lock.solution.to_json()
     if now != then:
         diffs = [k for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
         raise InputError(f"lock file {path} resolves differently with this matrix (changed: {', '.join(diffs)})",
                          "regenerate the lock with envkit generate, or pass the matrix it was made with (--matrix)")
 
 
-
-def lock_doc(m: Matrix, flags: dict[str, str], result: Result, site: Site, opts: Options) -> dict:
+def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options) -> Lock:
     assert result.solution is not None
-    return {
-        "schema": 1,
-        "envkit": __version__,
-        "matrix_sha256": matrix_sha256(m),
-        "query": {k: flags[k] for k in FLAG_ORDER if k in flags},
-        "generate": {"offline": opts.offline, "site": site.path or None, "host_march": opts.host_march},
-        "solution": result.solution.to_dict(),
-    }
+    return Lock(envkit=__version__, matrix_sha256=matrix_sha256(m), query=flags, offline=opts.offline, site=site.path or None,
+                host_march=opts.host_march, solution=SolutionRecord.from_json(result.solution.to_json()))

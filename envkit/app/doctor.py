@@ -36,9 +36,9 @@ def probe_image(image: str, deep: bool) -> dict:
 
 
 def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[dict[str, str]], wants_kernels: bool) -> tuple[Host, list[Finding]]:
-    host = Host.from_probe(record)
+    host = Host.from_json(record)
     if image_record is not None:
-        inner = Host.from_probe(image_record)
+        inner = Host.from_json(image_record)
         # the image brings its Python stack and toolkit; the GPUs and the driver are this host's
         host = replace(inner, driver=host.driver, cuda_driver=host.cuda_driver, nvml_error=host.nvml_error, gpus=host.gpus,
                        dcu_name=host.dcu_name, dtk=host.dtk,
@@ -65,7 +65,7 @@ class DoctorOutcome:
         return healthy(list(self.findings))
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": 1, "ok": self.ok, "findings": [f.to_dict() for f in self.findings], "facts": self.facts,
+        return {"schema": 1, "ok": self.ok, "findings": [f.to_json() for f in self.findings], "facts": self.facts,
                 "image_facts": self.image_facts}
 
 

@@ -63,7 +63,7 @@ class Generated:
     out: Optional[str] = None  # where the files were written; None for a dry run
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.plan.to_dict(), "command": self.command, "out": self.out, "files": sorted(self.files)}
+        return {**self.plan.to_json(), "command": self.command, "out": self.out, "files": sorted(self.files)}
 
 
 def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,

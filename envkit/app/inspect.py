@@ -32,7 +32,7 @@ class Inspected:
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "ok": self.ok, "image": self.image,
                 "labels": {k: v for k, v in self.labels.items() if k != SOLUTION_LABEL},
-                "solution": self.solution.to_json(), "findings": [f.to_dict() for f in self.findings]}
+                "solution": self.solution.to_json(), "findings": [f.to_json() for f in self.findings]}
 
 
 def image_on_host(host: Host, sol: SolutionRecord) -> Host:
@@ -54,5 +54,5 @@ def inspect(image: str, matrix_path: Optional[str] = None) -> Inspected:
     except ValueError:
         raise InputError(f"image {image}: its {SOLUTION_LABEL} label is not an envkit solution", "rebuild it with envkit build") from None
     m = matrix_file.load(matrix_path)
-    host = image_on_host(Host.from_probe(probe.collect()), sol)
+    host = image_on_host(Host.from_json(probe.collect()), sol)
     return Inspected(image, labels, sol, host, tuple(judge(m, host)))

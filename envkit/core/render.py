@@ -161,7 +161,7 @@ def _import_check(payload: ImportCheckStep, step: Step, r: _Rendering) -> str:
 @_payload_text.register
 def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     plan = r.plan
-    sol_json = json.dumps(plan.solution.to_dict(), sort_keys=True, separators=(",", ":"))
+    sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
     return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
                       envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json))
 
@@ -204,8 +204,8 @@ def render(plan: BuildPlan, templates: Templates, command: str, lock: Mapping[st
     files: dict[str, bytes] = {
         "Dockerfile": dockerfile(plan, templates, command, lock_sha).encode(),
         "envkit.lock.json": lock_bytes,
-        "envkit.plan.json": json_bytes(plan.to_dict()),
-        "envkit/solution.json": json_bytes(plan.solution.to_dict()),
+        "envkit.plan.json": json_bytes(plan.to_json()),
+        "envkit/solution.json": json_bytes(plan.solution.to_json()),
         ".dockerignore": b"# the base image tarballs and the manifest stay out of the build context\nimages/\nmanifest.json\n*.part\n",
         "envkit/selftest.py": templates.scripts["selftest.py"],
     }

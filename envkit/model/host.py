@@ -63,8 +63,8 @@ class Host:
                    dcu_name=dcu.get("name"), dtk=dcu.get("dtk"), wants_kernels=bool(f.get("wants_kernels")))
 
     @classmethod
-    def from_probe(cls, rec: dict[str, Any]) -> "Host":
-        """The nested record envkit/probe.py writes."""
+    def from_json(cls, rec: dict[str, Any]) -> "Host":
+        """The facts envkit/inimage/probe.py writes (doctor --json prints them under `facts`)."""
         nv, amd, tk, py, dp = (rec.get(k) or {} for k in ("nvidia", "amd", "toolkit", "python", "deep"))
         pk = py.get("packages", {})
         gpus = []
@@ -99,5 +99,10 @@ class Finding:
     fix: str
     source: str
 
-    def to_dict(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         return {"severity": self.severity, "rule": self.rule, "seen": self.seen, "why": self.why, "fix": self.fix, "source": self.source}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Finding":
+        """A finding as doctor --json and inspect --json print it."""
+        return cls(**{k: str(doc[k]) for k in ("severity", "rule", "seen", "why", "fix", "source")})

@@ -1,7 +1,7 @@
 """The build plan as values: stages, typed steps, carried files and the options that shaped them.
 
 Pure data. A step's payload says what the step does in typed fields (package lists stay tuples);
-only the renderer (envkit.core.render) turns payloads into Dockerfile text. `BuildPlan.to_dict()`
+only the renderer (envkit.core.render) turns payloads into Dockerfile text. `BuildPlan.to_json()`
 is the envkit.plan.json document; `BuildPlan.from_json()` reads that document back.
 """
 from __future__ import annotations
@@ -205,7 +205,7 @@ class PlanDocument:
     build_args: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": PLAN_SCHEMA,
             "offline": self.offline,
@@ -281,12 +281,12 @@ class BuildPlan:
             context=self.carried, requirements=self.requirements, wheel_sources=self.wheel_sources,
             build_args=self.build_args, warnings=self.warnings)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The envkit.plan.json document."""
-        return self.document().to_dict()
+        return self.document().to_json()
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PlanDocument:
         """Read an envkit.plan.json document back. The document does not hold the solution or the step
-        payloads, so what comes back is its typed record, whose to_dict() gives the document again."""
+        payloads, so what comes back is its typed record, whose to_json() gives the document again."""
         return PlanDocument.from_json(doc)

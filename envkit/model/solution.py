@@ -45,7 +45,7 @@ class Conflict:
     fix: str
     source: str
 
-    def to_dict(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
 
 
@@ -123,9 +123,6 @@ class Solution:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return self.to_dict()
-
-    def to_dict(self) -> dict[str, Any]:
         t = self.torch
         d: dict[str, Any] = {
             "platform": self.platform,
@@ -170,13 +167,13 @@ class Result:
     def ok(self) -> bool:
         return self.solution is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": 1,
             "ok": self.ok,
             "query": self.query.flags(),
-            "solution": None if self.solution is None else self.solution.to_dict(),
-            "conflicts": [c.to_dict() for c in self.conflicts],
+            "solution": None if self.solution is None else self.solution.to_json(),
+            "conflicts": [c.to_json() for c in self.conflicts],
             "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
             "warnings": list(self.warnings),
         }
@@ -205,7 +202,7 @@ class Unsolved:
 @dataclass(frozen=True)
 class SolutionRecord:
     """A solution as written down: the `solution` of a lock, a context's envkit/solution.json and an image's
-    io.envkit.solution label (Solution.to_dict's document). Read back through from_json only."""
+    io.envkit.solution label (Solution.to_json's document). Read back through from_json only."""
     platform: str
     python: str
     torch_pin: str

@@ -16,6 +16,6 @@ def print_json(doc: Any) -> None:
 def show_result(result: Result, as_json: bool) -> None:
     """A resolve result: its JSON document, or the stack (or the conflicts with their fixes) as tables."""
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.to_json())
     else:
         print_result(result)

@@ -29,7 +29,7 @@ def _console(stderr: bool = False) -> Console:
 def print_result(result: Result, console: Optional[Console] = None) -> None:
     c = console or _console()
     if result.solution is not None:
-        d = result.solution.to_dict()
+        d = result.solution.to_json()
         t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
         t.add_column("component")
         t.add_column("choice")

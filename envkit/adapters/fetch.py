@@ -65,3 +65,15 @@ def download(url: str, dest: Path, *, sha256: Optional[str] = None, progress: Op
                                 "the download was corrupted or the source changed; run again, or check the mirror")
     os.replace(part, dest)
     return True
+
+
+def get_text(url: str, what: str = "page") -> str:
+    """One small text page (an index page): its text, or an ExternalError naming the page."""
+    import requests
+
+    try:
+        r = requests.get(url, timeout=60, headers={"Accept": "text/html"})
+        r.raise_for_status()
+    except requests.RequestException as exc:
+        raise ExternalError(f"cannot read the {what} {url}: {type(exc).__name__}", "check the connection or the site index") from None
+    return r.text

@@ -137,6 +137,7 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
 
 def load_project(project: Optional[str], target: Optional[str], all_targets: bool, req: BuildRequest) -> Project:
     """A project build's options, checked: the targets carry their own resolve flags and modes."""
+    check_options(req.network, req.tag)
     if not project:
         raise InputError("--target and --all build targets of a project file: --project is missing", "pass --project envkit.toml")
     if req.flags.any() or req.lock or req.mirror or req.offline or req.bundle_dir:
@@ -175,6 +176,7 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
                   reporter: Reporter = Silent()) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
+    reporter.phase("build")
     facts, engine, plan = collect(context, offline=offline)
     checks = judge(facts)
     reporter.preflight(checks)

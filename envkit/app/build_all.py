@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -45,19 +46,30 @@ class TargetOutcome:
                 "log": self.log, "size": self.size, "error": self.error}
 
 
-class _TargetLog:
-    """A Reporter for one target: every line into its log file, the current step onto the board."""
+class Cancelled(EnvkitError):
+    """build --all was interrupted: the targets still running stop at their next line of output."""
 
-    def __init__(self, name: str, log: IO[str], board: Board) -> None:
-        self.name, self.log, self.board = name, log, board
+    exit_code = 130
+
+
+class _TargetLog:
+    """A Reporter for one target: every line into its log file, the current phase onto the board."""
+
+    def __init__(self, name: str, log: IO[str], board: Board, cancel: threading.Event) -> None:
+        self.name, self.log, self.board, self.cancel = name, log, board, cancel
 
     def _write(self, line: str) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("interrupted")
         self.log.write(line.rstrip("\n") + "\n")
         self.log.flush()
 
+    def phase(self, name: str) -> None:
+        self._write(f"== {name}")
+        self.board.update(self.name, step="bundling" if name == "bundle" else "building")
+
     def say(self, message: str) -> None:
         self._write(message)
-        self.board.update(self.name, step="bundling" if "bundle" in message or "fetched" in message else message[:60])
 
     @contextlib.contextmanager
     def _transfer(self, name: str) -> Iterator[Tick]:
@@ -81,7 +93,8 @@ class _TargetLog:
         pass
 
 
-def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str], board: Board) -> TargetOutcome:
+def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str], board: Board,
+         cancel: threading.Event) -> TargetOutcome:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{t.name}.log"
     board.update(t.name, state="building", step="starting")
@@ -91,7 +104,7 @@ def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path:
     with log_path.open("w") as log:
         try:
             outcome = build_target(t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                   reporter=_TargetLog(t.name, log, board))
+                                   reporter=_TargetLog(t.name, log, board, cancel))
             if isinstance(outcome, Unsolved):
                 first = outcome.result.conflicts[0] if outcome.result.conflicts else None
                 code, error = EXIT_NO_SOLUTION, f"no solution: {first.message if first else 'see envkit resolve'}"
@@ -126,8 +139,18 @@ class AllBuilt:
 
 def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, board: Board, dry_run: bool = False,
               matrix_path: Optional[str] = None) -> AllBuilt:
+    """Every target, at most `jobs` at once. Interrupted, the targets not started are dropped and the running
+    ones stop at their next line of output (their engine connection closes, which ends the build)."""
     for t in project.targets:
         board.update(t.name, state="waiting")
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return AllBuilt(tuple(pool.map(lambda t: _one(t, network=network, no_cache=no_cache, dry_run=dry_run,
-                                                      matrix_path=matrix_path, board=board), project.targets)))
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(_one, t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path, board=board,
+                           cancel=cancel) for t in project.targets]
+    try:
+        return AllBuilt(tuple(f.result() for f in futures))
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    finally:
+        pool.shutdown(wait=not cancel.is_set(), cancel_futures=True)

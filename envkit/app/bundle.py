@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from envkit.errors import ExternalError, InputError
-from envkit.adapters.fetch import download
+from envkit.adapters import pip
+from envkit.adapters.fetch import download, get_text
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import PYTHON_FTP, BuildPlan
 from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
@@ -49,16 +48,9 @@ def _image_file(ref: str) -> str:
 
 
 def _sdist_url(plan: BuildPlan, filename: str, project: str) -> tuple[str, Optional[str]]:
-    import requests
-
     index = plan.site.pip_index or "https://pypi.org/simple"
     page = f"{index.rstrip('/')}/{project}/"
-    try:
-        r = requests.get(page, timeout=60, headers={"Accept": "text/html"})
-        r.raise_for_status()
-    except requests.RequestException as exc:
-        raise ExternalError(f"cannot read the index page {page}: {type(exc).__name__}", "check the connection or the site index") from None
-    return find_in_simple_index(r.text, page, filename)
+    return find_in_simple_index(get_text(page, "index page"), page, filename)
 
 
 def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say, progress_factory) -> None:
@@ -87,10 +79,7 @@ def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[s
     args = pip_download_args(plan, osr, dest, find_links)
     say(f"pip download for cp{plan.solution.python.major}{plan.solution.python.minor} on {osr.name} (glibc {osr.glibc}): "
         + " ".join(r for r, _ in plan.wheel_sources))
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["pip failed"]
-        raise ExternalError(f"pip download failed: {last[0][:300]}", "check the versions and indexes named; run again (downloaded wheels are kept)")
+    pip.run(args, say, "check the versions and indexes named; run again (downloaded wheels are kept)")
     for p in sorted(dest.glob("*")):
         (report.reused if p.name in before else report.downloaded).append(f"wheelhouse/{p.name}")
 
@@ -178,6 +167,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                 reporter: Reporter = Silent()) -> Union[Bundled, Unsolved]:
     from envkit.adapters.engine import Engine
 
+    reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
     g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
     if isinstance(g, Unsolved):

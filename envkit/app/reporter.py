@@ -11,6 +11,9 @@ Tick = Callable[[int, Optional[int]], None]  # (bytes done, bytes in all when kn
 
 
 class Reporter(Protocol):
+    def phase(self, name: str) -> None:
+        """What the following events belong to: "bundle" (fetching what an offline build carries) or "build"."""
+
     def say(self, message: str) -> None:
         """One line about what happens now (bundle: fetched..., build: loading image...)."""
 
@@ -29,6 +32,9 @@ class Reporter(Protocol):
 
 class Silent:
     """A Reporter that shows nothing."""
+
+    def phase(self, name: str) -> None:
+        pass
 
     def say(self, message: str) -> None:
         pass

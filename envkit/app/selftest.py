@@ -17,6 +17,7 @@ from envkit.model.results import CheckResult, SelftestResult
 SCRIPT_IN_IMAGE = "/opt/envkit/selftest.py"
 MODEL_IN_IMAGE = "/envkit-model"
 LAMBADA_IN_IMAGE = "/envkit-lambada.jsonl"
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"  # present where the NVIDIA driver is loaded
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ def run_here(req: SelftestRequest) -> SelftestResult:
                           req.parity, req.input_len or 128, req.output_len or 0, req.lambada or ""))
 
 
-def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -> SelftestResult:
+def run_in_image(image: str, req: SelftestRequest) -> SelftestResult:
+    """Inside the image, network none, every GPU passed in where the engine can; on a host with NVIDIA GPUs an
+    engine that could not pass them in fails the test (it ran on the CPU)."""
     check(req)
     volumes: dict[str, dict[str, str]] = {}
     if req.model:
@@ -108,7 +111,7 @@ def run_in_image(image: str, req: SelftestRequest, host_has_nvidia_gpus: bool) -
     except (ValueError, TypeError):
         raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
                             f"is it an envkit-built image? ({SCRIPT_IN_IMAGE})") from None
-    if not gpus and host_has_nvidia_gpus:
+    if not gpus and Path(NVIDIA_CONTROL_DEVICE).exists():
         result = result.with_check(CheckResult(
             "GPUs passed into the container", False, "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test "
             "ran on the CPU; install nvidia-container-toolkit and configure the engine"))

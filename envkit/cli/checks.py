@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import JSON, JUNIT, MATRIX
-from envkit.errors import EXIT_NO_SOLUTION
+from envkit.cli import options as opt
+from envkit.cli.options import finish
 from envkit.inimage.selftest import ENGINES, SHAPES
 
 
@@ -23,14 +22,8 @@ def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path
     doc = result.to_json()
     if report:
         ui.report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": ui.plot.sweep_chart(doc)})
-    if junit_path:
-        ui.junit.write(junit_path, f"envkit selftest sweep {doc['engine']}", ui.junit.sweep_cases(doc))
-    if as_json:
-        ui.output.print_json(doc)
-    else:
-        ui.report.print_sweep(doc)
-    if not result.ok:
-        raise typer.Exit(EXIT_NO_SOLUTION)
+    finish(result, as_json, lambda r: ui.report.print_sweep(doc), junit_path, f"envkit selftest sweep {doc['engine']}",
+           lambda: ui.junit.sweep_cases(doc))
 
 
 def selftest(
@@ -47,33 +40,30 @@ def selftest(
     input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="prompt tokens (default 128; decode, and the sweep's random workload)"),
     output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
-    as_json: bool = JSON,
+    as_json: bool = opt.as_json("print the self-test's JSON document"),
     report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
-    junit_path: Optional[str] = JUNIT,
+    junit_path: Optional[str] = opt.junit("also write the checks as JUnit XML"),
 ) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
     urls = [e for e in engines if e.startswith("openai:")]
-    req = app.selftest.SelftestRequest(quick, tuple(e for e in engines if not e.startswith("openai:")), tuple(shapes), model, parity,
-                                      lambada, peak_gbs, input_len, output_len)
+    req = app.selftest.SelftestRequest(quick=quick, engines=tuple(e for e in engines if not e.startswith("openai:")),
+                                       shapes=tuple(shapes), model=model, parity=parity, lambada=lambada, peak_gbs=peak_gbs,
+                                       input_len=input_len, output_len=output_len)
     app.selftest.check_engines(req)
     if report:
         ui.report_dir.ready(report)
     app.selftest.check_sweep_alone(urls, req, image, dataset)
     if urls:
-        return _sweep(app.sweep.SweepRequest(urls[0], model or "default", concurrency, num_prompts, input_len or 128, output_len or 128, dataset),
+        return _sweep(app.sweep.SweepRequest(engine_url=urls[0], model=model or "default", concurrency=concurrency,
+                                             num_prompts=num_prompts, input_len=input_len or 128, output_len=output_len or 128,
+                                             dataset=dataset),
                       as_json, report, junit_path)
-    result = app.selftest.run_in_image(image, req, Path("/dev/nvidiactl").exists()) if image else app.selftest.run_here(req)
+    result = app.selftest.run_in_image(image, req) if image else app.selftest.run_here(req)
     doc = result.to_json()
     if report:
         ui.report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
-    if junit_path:
-        ui.junit.write(junit_path, f"envkit selftest{' ' + image if image else ''}", ui.junit.selftest_cases(doc))
-    if as_json:
-        ui.output.print_json(doc)
-    else:
-        ui.report.print_selftest(doc, image)
-    if not result.ok:
-        raise typer.Exit(EXIT_NO_SOLUTION)
+    finish(result, as_json, lambda r: ui.report.print_selftest(doc, image), junit_path,
+           f"envkit selftest{' ' + image if image else ''}", lambda: ui.junit.selftest_cases(doc))
 
 
 def doctor(
@@ -81,36 +71,23 @@ def doctor(
     image: Optional[str] = typer.Option(None, "--image", help="judge this image's stack on this host's GPUs"),
     for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
     facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
-    as_json: bool = JSON,
-    junit_path: Optional[str] = JUNIT,
-    matrix_path: Optional[str] = MATRIX,
+    as_json: bool = opt.as_json(),
+    junit_path: Optional[str] = opt.junit("also write the findings as JUnit XML"),
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
     d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
-    if junit_path:
-        ui.junit.write(junit_path, f"envkit doctor{' --image ' + image if image else ''}", ui.junit.doctor_cases(list(d.findings)))
-    if as_json:
-        ui.output.print_json(d.to_json())
-    else:
-        ui.report.print_doctor(d.host, list(d.findings), image)
-    if not d.ok:
-        raise typer.Exit(EXIT_NO_SOLUTION)
+    finish(d, as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), image), junit_path,
+           f"envkit doctor{' --image ' + image if image else ''}", lambda: ui.junit.doctor_cases(list(d.findings)))
 
 
 def inspect(
     image: str = typer.Argument(..., help="an image envkit built (it carries the io.envkit.solution label)"),
-    as_json: bool = JSON,
-    junit_path: Optional[str] = JUNIT,
-    matrix_path: Optional[str] = MATRIX,
+    as_json: bool = opt.as_json(),
+    junit_path: Optional[str] = opt.junit("also write doctor's findings as JUnit XML"),
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """What an image holds (its solution label), and doctor's checks for it on this host."""
     i = app.inspect.inspect(image, matrix_path)
-    if junit_path:
-        ui.junit.write(junit_path, f"envkit inspect {image}", ui.junit.doctor_cases(list(i.findings)))
-    if as_json:
-        ui.output.print_json(i.to_json())
-    else:
-        ui.report.print_inspect(image, i.labels, i.solution.to_json())
-        ui.report.print_doctor(i.host, list(i.findings), image)
-    if not i.ok:
-        raise typer.Exit(EXIT_NO_SOLUTION)
+    finish(i, as_json, lambda i: ui.report.print_inspected(i), junit_path, f"envkit inspect {image}",
+           lambda: ui.junit.doctor_cases(list(i.findings)))

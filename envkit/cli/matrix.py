@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import JSON, MATRIX
+from envkit.cli import options as opt
 
 EXIT_DIFFERS = 1
 
@@ -26,7 +26,7 @@ def export(
 
 def check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),
-    as_json: bool = JSON,
+    as_json: bool = opt.as_json(),
 ) -> None:
     """Validate the matrix: every bad row is reported with its line."""
     c = app.matrix.check(path)
@@ -39,8 +39,8 @@ def check(
 def refresh(
     check: bool = typer.Option(False, "--check", help="change nothing; exit 1 if matrix.toml differs from what the sources derive"),
     sources: Optional[str] = typer.Option(None, "--sources", help="the extracts (default: data/sources beside matrix.toml)"),
-    matrix_path: Optional[str] = MATRIX,
-    as_json: bool = JSON,
+    matrix_path: Optional[str] = opt.matrix("the matrix.toml to refresh (default: the built-in one)"),
+    as_json: bool = opt.as_json(),
 ) -> None:
     """Derive the generated tables of matrix.toml from the source extracts in data/sources
     (flash-attn workflows and setup.py per tag, PyPI metadata...); --check fails on any hand edit."""
@@ -55,7 +55,7 @@ def refresh(
 
 def show(
     table: Optional[str] = typer.Argument(None, help="cuda, gpu, torch, rocm, dtk, flash_attn, vllm, python, os"),
-    matrix_path: Optional[str] = MATRIX,
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Print the matrix (or one table) as rich tables."""
     ui.report.print_matrix(app.matrix.load(matrix_path), table)

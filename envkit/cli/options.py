@@ -16,12 +16,28 @@ from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-JSON = typer.Option(False, "--json", help="print one stable JSON document")
-MATRIX = typer.Option(None, "--matrix", help="another matrix.toml (default: the built-in one)")
+
+def as_json(help: str = "print one stable JSON document") -> Any:
+    return typer.Option(False, "--json", help=help)
+
+
+def matrix(help: str = "another matrix.toml (default: the built-in one)") -> Any:
+    return typer.Option(None, "--matrix", help=help)
+
+
+def lock(help: str) -> Any:
+    return typer.Option(None, "--lock", help=help)
+
+
+def mirror(help: str) -> Any:
+    return typer.Option(None, "--mirror", help=help)
+
+
+def junit(help: str) -> Any:
+    return typer.Option(None, "--junit", help=help)
+
+
 FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")
-LOCK = typer.Option(None, "--lock", help="an envkit.lock.json to replay instead of resolve flags")
-MIRROR = typer.Option(None, "--mirror", help="the site's mirror profile (SITE.toml)")
-JUNIT = typer.Option(None, "--junit", help="also write the checks or findings as JUnit XML")
 
 
 def resolve_flags(command: F) -> F:
@@ -43,12 +59,18 @@ def resolve_flags(command: F) -> F:
     return typing.cast(F, with_flags)
 
 
-def finish(outcome: Any, as_json: bool, show: Callable[[Any], None]) -> None:
-    """Print a use case's outcome: its JSON document, or `show` for people. With no solution, the conflicts (exit 1)."""
+def finish(outcome: Any, as_json: bool, show: Callable[[Any], None], junit: Optional[str] = None, suite: str = "",
+           cases: Callable[[], list[Any]] = list) -> None:
+    """Show a use case's outcome: its JSON document, or `show` for people; with `junit`, its cases as JUnit XML too.
+    Exit 1 when the query had no solution (the conflicts are shown) or the outcome is not ok."""
     if isinstance(outcome, Unsolved):
         ui.output.show_result(outcome.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
+    if junit:
+        ui.junit.write(junit, suite, cases())
     if as_json:
         ui.output.print_json(outcome.to_json())
     else:
         show(outcome)
+    if getattr(outcome, "ok", True) is False:
+        raise typer.Exit(EXIT_NO_SOLUTION)

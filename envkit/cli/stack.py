@@ -6,14 +6,16 @@ from typing import Optional
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import FORCE, JSON, LOCK, MATRIX, MIRROR, finish, resolve_flags
+from envkit.cli import options as opt
+from envkit.cli.options import FORCE, finish, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
+from envkit.model.plan import DEFAULT_HOST_MARCH
 from envkit.model.plan import Options
 
 
 @resolve_flags
-def resolve(flags: ResolveFlags, as_json: bool = JSON, matrix_path: Optional[str] = MATRIX) -> None:
+def resolve(flags: ResolveFlags, as_json: bool = opt.as_json(), matrix_path: Optional[str] = opt.matrix()) -> None:
     """Solve the compatibility matrix: the newest consistent stack, or every conflict with its fix."""
     result = app.resolve.resolve(flags, matrix_path)
     ui.output.show_result(result, as_json)
@@ -24,17 +26,17 @@ def resolve(flags: ResolveFlags, as_json: bool = JSON, matrix_path: Optional[str
 @resolve_flags
 def generate(
     flags: ResolveFlags,
-    lock: Optional[str] = LOCK,
-    mirror: Optional[str] = MIRROR,
+    lock: Optional[str] = opt.lock("replay an envkit.lock.json instead of resolve flags"),
+    mirror: Optional[str] = opt.mirror("site mirror profile (SITE.toml)"),
     offline: bool = typer.Option(False, "--offline", help="every artifact from the build context; refuse any network step"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context)"),
-    host_march: str = typer.Option("x86-64-v2", "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
+    host_march: str = typer.Option(DEFAULT_HOST_MARCH, "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
-    as_json: bool = JSON,
+    as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
-    matrix_path: Optional[str] = MATRIX,
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
     opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
@@ -46,16 +48,16 @@ def generate(
 @resolve_flags
 def bundle(
     flags: ResolveFlags,
-    lock: Optional[str] = LOCK,
-    mirror: Optional[str] = MIRROR,
+    lock: Optional[str] = opt.lock("bundle an envkit.lock.json instead of resolve flags"),
+    mirror: Optional[str] = opt.mirror("fetch through the site's mirrors (SITE.toml)"),
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
     force: bool = FORCE,
-    as_json: bool = JSON,
-    matrix_path: Optional[str] = MATRIX,
+    as_json: bool = opt.as_json("print a JSON summary"),
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
-    with ui.progress.RichReporter(ui.progress.console(stderr=True), prefix="bundle: ") as reporter:
+    with ui.progress.RichReporter(ui.progress.console(stderr=True)) as reporter:
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
                         force=force, reporter=reporter)
     finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
@@ -66,8 +68,8 @@ def build(
     flags: ResolveFlags,
     offline: bool = typer.Option(False, "--offline", help="build a bundle with the network off"),
     bundle_dir: Optional[str] = typer.Option(None, "--bundle", help="the bundle directory (with --offline)"),
-    lock: Optional[str] = LOCK,
-    mirror: Optional[str] = MIRROR,
+    lock: Optional[str] = opt.lock("build an envkit.lock.json (mirror mode)"),
+    mirror: Optional[str] = opt.mirror("build against the site's mirrors (SITE.toml)"),
     project: Optional[str] = typer.Option(None, "--project", help="project file with named targets (envkit.toml)"),
     target: Optional[str] = typer.Option(None, "--target", help="build this target of --project"),
     all_targets: bool = typer.Option(False, "--all", help="build every target of --project"),
@@ -77,12 +79,12 @@ def build(
     network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
-    as_json: bool = JSON,
-    matrix_path: Optional[str] = MATRIX,
+    as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
+    matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
-    req = app.build.BuildRequest(flags, offline, bundle_dir, lock, mirror, out, tag, network, no_cache, dry_run, matrix_path)
-    app.build.check_options(network, tag)
+    req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
+                                 network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

@@ -24,7 +24,7 @@ def pip_download_args(plan: BuildPlan, osr: OsRelease, dest: Path, find_links: t
     py = plan.solution.python
     cp = f"cp{py.major}{py.minor}"
     args = ["download", "--dest", str(dest), "--only-binary=:all:", "--python-version", f"{py.major}.{py.minor}",
-            "--implementation", "cp", "--abi", cp, "--abi", "abi3", "--abi", "none", "--progress-bar", "on",
+            "--implementation", "cp", "--abi", cp, "--abi", "abi3", "--abi", "none", "--progress-bar", "off",
             "--retries", "2", "--timeout", "60"]
     for tag in platform_tags((osr.glibc.major, osr.glibc.minor)):
         args += ["--platform", tag]

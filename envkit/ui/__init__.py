@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time each loads on first use
+    from envkit.ui import junit, output, plot, progress, report, report_dir
+
+__all__ = ["junit", "output", "plot", "progress", "report", "report_dir"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -27,12 +27,19 @@ def console(stderr: bool = False) -> Console:
 
 
 class RichReporter:
-    """A Reporter for one command; use it as a context manager so a sweep's bars are closed at the end."""
+    """A Reporter for one command; use it as a context manager so a sweep's bars are closed at the end.
+    The bundle phase always talks on stderr, each line marked "bundle:"; the build phase on `out`."""
 
-    def __init__(self, out: Console, prefix: str = "") -> None:
-        self.out, self.prefix = out, prefix
+    def __init__(self, out: Console) -> None:
+        self.build_out = self.out = out
+        self.prefix = ""
         self._sweep: Optional[Progress] = None
         self._levels: dict[int, Any] = {}
+
+    def phase(self, name: str) -> None:
+        bundling = name == "bundle"
+        self.out = console(stderr=True) if bundling else self.build_out
+        self.prefix = "bundle: " if bundling else ""
 
     def __enter__(self) -> "RichReporter":
         return self
@@ -42,7 +49,7 @@ class RichReporter:
             self._sweep.stop()
 
     def say(self, message: str) -> None:
-        self.out.print(f"[dim]{self.prefix}{escape(message)}[/dim]" if self.prefix else f"[dim]{escape(message)}[/dim]")
+        self.out.print(f"[dim]{escape(self.prefix + message)}[/dim]")
 
     @contextlib.contextmanager
     def _transfer(self, name: str) -> Iterator[Tick]:

@@ -17,6 +17,7 @@ from envkit.model.solution import Result
 
 if TYPE_CHECKING:
     from envkit.app.build import Built, DryRun
+    from envkit.app.inspect import Inspected
     from envkit.app.matrix import Checked, Refreshed
 
 RULE_STYLE = "bold red"
@@ -245,6 +246,11 @@ def print_doctor(host, findings, image: Optional[str], console: Optional[Console
         c.print(t)
     if not any(f.severity in ("error", "warning") for f in findings):
         c.print("[green]healthy[/green]: no errors or warnings")
+
+
+def print_inspected(i: Inspected) -> None:
+    print_inspect(i.image, i.labels, i.solution.to_json())
+    print_doctor(i.host, list(i.findings), i.image)
 
 
 def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console] = None) -> None:

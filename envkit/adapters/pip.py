@@ -1,0 +1,24 @@
+"""pip, run as a subprocess of this Python: each line of its output handed to a callback (the bundle's
+reporter, or a target's log under build --all), and a failure as one ExternalError naming pip's first error."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Callable
+
+from envkit.errors import ExternalError
+
+
+def run(args: list[str], on_line: Callable[[str], None], fix: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if line.strip():
+            lines.append(line)
+            on_line(line)
+    if proc.wait() != 0:
+        first_error = next((ln for ln in lines if ln.startswith("ERROR:")), lines[-1] if lines else "pip failed")
+        raise ExternalError(f"pip {args[0]} failed: {first_error[:300]}", fix)

@@ -4,9 +4,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from envkit.errors import ExternalError, InputError
+
+Volumes = dict[str, dict[str, str]]
+
+
+class ContainerEngine(Protocol):
+    """What the use cases ask of a container engine; Engine is the Docker SDK's, a test may pass its own."""
+
+    def info(self) -> dict[str, Any]: ...
+    def has_image(self, ref: str) -> bool: ...
+    def require_image(self, ref: str) -> None: ...
+    def image_id(self, ref: str) -> str: ...
+    def labels(self, ref: str) -> dict[str, str]: ...
+    def pull(self, ref: str) -> None: ...
+    def save(self, ref: str, dest: Path, progress: Optional[Callable[[int], None]] = None) -> None: ...
+    def load(self, path: Path) -> list[tuple[str, list[str]]]: ...
+    def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge") -> tuple[int, str]: ...
+    def run_with_gpus(self, image: str, command: list[str], volumes: Optional[Volumes] = None) -> tuple[int, str, str, bool]: ...
+    def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
+              dockerfile: str = "Dockerfile") -> Iterator[dict[str, Any]]: ...
+    def tag(self, image_id: str, ref: str) -> None: ...
+    def size(self, ref: str) -> int: ...
 
 
 class Engine:
@@ -40,13 +61,19 @@ class Engine:
         except docker.errors.ImageNotFound:
             return False
 
-
     def require_image(self, ref: str) -> None:
         """For commands that run an image the user named: it must be on this engine already."""
         if not self.has_image(ref):
             raise InputError(f"image {ref} is not on this engine", "build it (envkit build) or pull/load it first")
+
     def image_id(self, ref: str) -> str:
-        return self.client.images.get(ref).id
+        return str(self.client.images.get(ref).id)
+
+    def labels(self, ref: str) -> dict[str, str]:
+        return dict(self.client.images.get(ref).labels or {})
+
+    def pull(self, ref: str) -> None:
+        self.client.images.pull(ref)
 
     def save(self, ref: str, dest: Path, progress: Optional[Callable[[int], None]] = None) -> None:
         part = dest.with_name(dest.name + ".part")

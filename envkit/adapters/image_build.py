@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
+from envkit.adapters.engine import ContainerEngine
 from envkit.errors import ExternalError
 from envkit.core.preflight import diagnose
 
@@ -24,7 +25,7 @@ class BuildResult:
 
 
 
-def stream_build(engine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
+def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
                  nocache: bool = False, dockerfile: str = "Dockerfile") -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
@@ -72,7 +73,7 @@ def stream_build(engine, context: Path, network: str, buildargs: dict[str, str],
 
 
 
-def _engine_resources(engine) -> tuple[Optional[int], Optional[int]]:
+def engine_resources(engine: ContainerEngine) -> tuple[Optional[int], Optional[int]]:
     """(free disk where the engine keeps images, engine memory), from one `docker info`; None where unknown."""
     try:
         info = engine.info()
@@ -86,7 +87,7 @@ def _engine_resources(engine) -> tuple[Optional[int], Optional[int]]:
 
 
 
-def load_images(engine, context: Path, say: Callable[[str], None]) -> None:
+def load_images(engine: ContainerEngine, context: Path, say: Callable[[str], None]) -> None:
     mf = context / "manifest.json"
     if not mf.is_file():
         return

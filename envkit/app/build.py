@@ -12,7 +12,7 @@ from typing import Any, Optional, Union
 from envkit.config.lockfile import LOCK_NAME
 from envkit.adapters.bundle_dir import verify
 from envkit.adapters.engine import Engine
-from envkit.adapters.image_build import _engine_resources, load_images, stream_build
+from envkit.adapters.image_build import engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
 from envkit.app.reporter import Reporter, Silent
@@ -98,7 +98,7 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], P
         engine = Engine.connect()
     except ExternalError as exc:
         engine_error = exc.message
-    disk, mem = _engine_resources(engine) if engine is not None else (None, None)
+    disk, mem = engine_resources(engine) if engine is not None else (None, None)
     facts = Facts(str(context), problems, engine_error, disk, mem, need_disk=3 * size + 2 * GB, max_jobs=plan.max_jobs,
                   nvcc_threads=plan.nvcc_threads or 1, compiles=plan.compiles_kernels)
     return facts, engine, plan

@@ -9,10 +9,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, ContextManager, Optional, Union
 
 from envkit.errors import ExternalError, InputError
 from envkit.adapters import pip
+from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import PYTHON_FTP, BuildPlan
@@ -20,7 +21,7 @@ from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_man
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.adapters.context_dir import write_tree
 from envkit.app.generate import Generated, generate
-from envkit.app.reporter import Reporter, Silent
+from envkit.app.reporter import Reporter, Silent, Tick
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import Options
 from envkit.model.solution import Unsolved
@@ -53,7 +54,8 @@ def _sdist_url(plan: BuildPlan, filename: str, project: str) -> tuple[str, Optio
     return find_in_simple_index(get_text(page, "index page"), page, filename)
 
 
-def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say, progress_factory) -> None:
+def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
+                  progress_factory: Callable[[str], ContextManager[Tick]]) -> None:
     for item in plan.carried:
         if not item.path.startswith("sources/"):
             continue
@@ -84,7 +86,7 @@ def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[s
         (report.reused if p.name in before else report.downloaded).append(f"wheelhouse/{p.name}")
 
 
-def fetch_debs(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Say) -> None:
+def fetch_debs(engine: ContainerEngine, plan: BuildPlan, out: Path, report: BundleReport, say: Say) -> None:
     from envkit.adapters.debrepo import write_index
     from envkit.model.plan import AptStep
 
@@ -116,18 +118,19 @@ def _uid() -> str:
     return f"{os.getuid()}:{os.getgid()}"
 
 
-def _ensure_image(engine, ref: str, say: Say) -> None:
+def _ensure_image(engine: ContainerEngine, ref: str, say: Say) -> None:
     if engine.has_image(ref):
         return
     say(f"pulling {ref}")
     try:
-        engine.client.images.pull(ref)
+        engine.pull(ref)
     except Exception as exc:
         raise ExternalError(f"base image {ref} is not on this engine and cannot be pulled ({type(exc).__name__})",
                             f"docker pull or docker load {ref} first, or name the site's copy in the site file [images]") from None
 
 
-def save_images(engine, plan: BuildPlan, out: Path, report: BundleReport, say: Say, progress_factory) -> list[dict]:
+def save_images(engine: ContainerEngine, plan: BuildPlan, out: Path, report: BundleReport, say: Say,
+                progress_factory: Callable[[str], ContextManager[Tick]]) -> list[dict[str, str]]:
     images = []
     for ref in dict.fromkeys(s.image for s in plan.stages):
         _ensure_image(engine, ref, say)
@@ -164,9 +167,7 @@ class Bundled:
 
 def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                 mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
-                reporter: Reporter = Silent()) -> Union[Bundled, Unsolved]:
-    from envkit.adapters.engine import Engine
-
+                reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
     g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
@@ -193,7 +194,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
             raise InputError(f"{item.path} ({item.what}) is on no public index",
                              "pass --find-links DIR holding it (from the vendor's wheel site)")
     write_tree(out, g.files, force)
-    engine = Engine.connect()
+    engine = engine or Engine.connect()
     fetch_sources(g.plan, root, report, say, progress_factory)
     fetch_wheels(g.plan, g.plan.stages[0].os, root, find_links, report, say)
     fetch_debs(engine, g.plan, root, report, say)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from envkit import data
+from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.errors import ExternalError, InputError
 from envkit.model.host import Finding, Host
 from envkit.core.judge import judge
@@ -18,11 +19,9 @@ from envkit.config.userfile import read_text
 from envkit.inimage import probe
 from envkit.model.flags import parse_flag_string
 
-def probe_image(image: str, deep: bool) -> dict:
+def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> dict[str, Any]:
     """Run the probe inside an image (its own Python; GPUs passed through when the engine can)."""
-    from envkit.adapters.engine import Engine
-
-    engine = Engine.connect()
+    engine = engine or Engine.connect()
     engine.require_image(image)
     script = (data.INIMAGE / "probe.py").read_text()
     cmd = ["python3", "-c", script] + (["--deep"] if deep else [])

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from envkit.adapters.engine import Engine
+from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.config import matrix_file
 from envkit.core.judge import healthy, judge
 from envkit.errors import InputError
@@ -43,10 +43,10 @@ def image_on_host(host: Host, sol: SolutionRecord) -> Host:
                    nvcc=None, cuda_home=None, cuda_runtimes=(), ld_library_path="")
 
 
-def inspect(image: str, matrix_path: Optional[str] = None) -> Inspected:
-    engine = Engine.connect()
+def inspect(image: str, matrix_path: Optional[str] = None, engine: Optional[ContainerEngine] = None) -> Inspected:
+    engine = engine or Engine.connect()
     engine.require_image(image)
-    labels = dict(engine.client.images.get(image).labels or {})
+    labels = engine.labels(image)
     if SOLUTION_LABEL not in labels:
         raise InputError(f"image {image} has no {SOLUTION_LABEL} label: envkit did not build it", "inspect an image envkit built")
     try:

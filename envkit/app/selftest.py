@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from envkit.adapters.engine import Engine
+from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.config.userfile import parse_file
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import selftest as script
@@ -91,7 +91,7 @@ def run_here(req: SelftestRequest) -> SelftestResult:
                           req.parity, req.input_len or 128, req.output_len or 0, req.lambada or ""))
 
 
-def run_in_image(image: str, req: SelftestRequest) -> SelftestResult:
+def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None) -> SelftestResult:
     """Inside the image, network none, every GPU passed in where the engine can; on a host with NVIDIA GPUs an
     engine that could not pass them in fails the test (it ran on the CPU)."""
     check(req)
@@ -101,7 +101,7 @@ def run_in_image(image: str, req: SelftestRequest) -> SelftestResult:
     if req.lambada:
         volumes[str(Path(req.lambada).resolve())] = {"bind": LAMBADA_IN_IMAGE, "mode": "ro"}
     args = script_args(req, MODEL_IN_IMAGE if req.model else None, LAMBADA_IN_IMAGE if req.lambada else None)
-    engine = Engine.connect()
+    engine = engine or Engine.connect()
     engine.require_image(image)
     rc, out, err, gpus = engine.run_with_gpus(image, ["python", SCRIPT_IN_IMAGE, *args], volumes)
     try:

@@ -13,5 +13,6 @@ PY=${PYTHON:-python3}
 .venv/bin/envkit matrix check
 .venv/bin/envkit matrix refresh --check
 .venv/bin/python -m mypy --strict envkit/model envkit/core   # the values and the pure core: strictly typed
+.venv/bin/ruff check --select I envkit                       # imports sorted, first party last
 .venv/bin/python -m mypy envkit                             # the rest (inimage/ runs on images' Pythons: not checked)
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,18 +1,17 @@
 """A bundle directory on disk: its manifest of hashes, and the verification of every carried file."""
 from __future__ import annotations
+
 import hashlib
 import json
 from pathlib import Path
+
 from envkit.adapters.fetch import sha256_file
 from envkit.core.render import json_bytes
-
 
 MANIFEST = "manifest.json"
 
 
-
 CARRIED_DIRS = ("wheelhouse", "sources", "debs", "images")
-
 
 
 def manifest_files(root: Path) -> dict[str, dict]:
@@ -22,7 +21,6 @@ def manifest_files(root: Path) -> dict[str, dict]:
         if p.is_file() and rel != MANIFEST and not rel.endswith(".part"):
             out[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     return out
-
 
 
 def verify(root: Path) -> list[str]:
@@ -66,10 +64,8 @@ def verify(root: Path) -> list[str]:
     return problems
 
 
-
 def lock_sha(out: Path) -> str:
     return hashlib.sha256((out / "envkit.lock.json").read_bytes()).hexdigest()
-
 
 
 def write_manifest(out: Path, images: list[dict]) -> dict:

@@ -1,16 +1,17 @@
 """The build context on disk: the Dockerfile fragments read, and a generated tree written whole
 (staged, then renamed; files envkit did not write are never removed)."""
 from __future__ import annotations
+
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
-from envkit import data
-from envkit.errors import InputError
-from envkit.core.render import Templates
-from envkit.config.lockfile import LOCK_NAME
 
+from envkit import data
+from envkit.config.lockfile import LOCK_NAME
+from envkit.core.render import Templates
+from envkit.errors import InputError
 
 IN_IMAGE_SCRIPTS = ("selftest.py", "build_flash_attn.py", "apply-site.sh")
 
@@ -22,7 +23,6 @@ def templates_dir() -> Path:
     return root
 
 
-
 def load_templates(root: Optional[Path] = None) -> Templates:
     root = root or templates_dir()
     fragments = {p.stem: p.read_text(encoding="utf-8") for p in sorted((root / "fragments").glob("*.Dockerfile"))}
@@ -30,9 +30,7 @@ def load_templates(root: Optional[Path] = None) -> Templates:
     return Templates(fragments, scripts)
 
 
-
 GENERATED_LIST = "envkit/.generated"
-
 
 
 def write_tree(out: str, files: dict[str, bytes], force: bool) -> None:

@@ -1,5 +1,6 @@
 """Docker builds through the SDK: stream the build log, load a bundle's saved images."""
 from __future__ import annotations
+
 import json
 import os
 import re
@@ -8,9 +9,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
+
 from envkit.adapters.engine import ContainerEngine
-from envkit.errors import ExternalError
 from envkit.core.preflight import diagnose
+from envkit.errors import ExternalError
 
 
 @dataclass
@@ -22,7 +24,6 @@ class BuildResult:
     stages: list = field(default_factory=list)  # [(stage, seconds)]
     steps: int = 0
     log: list = field(default_factory=list)
-
 
 
 def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
@@ -72,7 +73,6 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
     return res
 
 
-
 def engine_resources(engine: ContainerEngine) -> tuple[Optional[int], Optional[int]]:
     """(free disk where the engine keeps images, engine memory), from one `docker info`; None where unknown."""
     try:
@@ -84,7 +84,6 @@ def engine_resources(engine: ContainerEngine) -> tuple[Optional[int], Optional[i
     if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://") and Path(root).exists():
         disk = shutil.disk_usage(root).free  # only a local engine's disk is ours to measure
     return disk, int(info.get("MemTotal") or 0) or None
-
 
 
 def load_images(engine: ContainerEngine, context: Path, say: Callable[[str], None]) -> None:

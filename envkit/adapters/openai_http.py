@@ -1,9 +1,11 @@
 """One request to an OpenAI-compatible server (streamed), timed for TTFT and TPOT."""
 from __future__ import annotations
+
 import http.client
 import json
 import time
 from urllib.parse import urlsplit
+
 from envkit.core.sweep import RequestResult
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from envkit.config.lockfile import LOCK_NAME
 from envkit.adapters.bundle_dir import verify
 from envkit.adapters.engine import Engine
 from envkit.adapters.image_build import engine_resources, load_images, stream_build
@@ -17,6 +16,7 @@ from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import project_file
+from envkit.config.lockfile import LOCK_NAME
 from envkit.core.preflight import GB, Facts, judge
 from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags

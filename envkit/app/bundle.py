@@ -11,25 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Union
 
-from envkit.errors import ExternalError, InputError
 from envkit.adapters import pip
+from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
+from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
-from envkit.model.matrix import OsRelease
-from envkit.model.plan import PYTHON_FTP, BuildPlan
-from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
-from envkit.core.wheels import find_in_simple_index, pip_download_args
-from envkit.adapters.context_dir import write_tree
 from envkit.app.generate import Generated, generate
 from envkit.app.reporter import Reporter, Silent, Tick
+from envkit.core.wheels import find_in_simple_index, pip_download_args
+from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import Options
+from envkit.model.matrix import OsRelease
+from envkit.model.plan import PYTHON_FTP, BuildPlan, Options
 from envkit.model.solution import Unsolved
 
 Say = Callable[[str], None]
-
-
-# ---------------------------------------------------------------- pure parts
 
 
 @dataclass
@@ -41,8 +37,6 @@ class BundleReport:
     bytes: int = 0
     complete_already: bool = False
 
-
-# ---------------------------------------------------------------- the adapter work
 
 def _image_file(ref: str) -> str:
     return "images/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", ref) + ".tar"

@@ -8,16 +8,16 @@ from typing import Any, Optional
 
 from envkit import data
 from envkit.adapters.engine import ContainerEngine, Engine
-from envkit.errors import ExternalError, InputError
-from envkit.model.host import Finding, Host
-from envkit.core.judge import judge
-from envkit.model.matrix import Matrix
-from envkit.core.judge_for import for_findings
-from envkit.core.judge import healthy
 from envkit.config import matrix_file
 from envkit.config.userfile import read_text
+from envkit.core.judge import healthy, judge
+from envkit.core.judge_for import for_findings
+from envkit.errors import ExternalError, InputError
 from envkit.inimage import probe
 from envkit.model.flags import parse_flag_string
+from envkit.model.host import Finding, Host
+from envkit.model.matrix import Matrix
+
 
 def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> dict[str, Any]:
     """Run the probe inside an image (its own Python; GPUs passed through when the engine can)."""

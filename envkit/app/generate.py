@@ -5,19 +5,19 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
-from envkit.config import matrix_file as mx
-from envkit.errors import InputError
-from envkit.model.matrix import Matrix
-from envkit.model.plan import BuildPlan, Options
+from envkit.adapters.context_dir import load_templates, write_tree
+from envkit.config import matrix_file
+from envkit.config.lockfile import check_lock, make_lock, read_lock
+from envkit.config.site_file import load as load_site
 from envkit.core.planner import base_os, plan
 from envkit.core.render import render
-from envkit.model.solution import Result, Unsolved
-from envkit.model.flags import ResolveFlags
 from envkit.core.resolve import parse_query, resolve
+from envkit.errors import InputError
+from envkit.model.flags import ResolveFlags
+from envkit.model.matrix import Matrix
+from envkit.model.plan import BuildPlan, Options
 from envkit.model.site import Site
-from envkit.config.site_file import load as load_site
-from envkit.adapters.context_dir import load_templates, write_tree
-from envkit.config.lockfile import check_lock, make_lock, read_lock
+from envkit.model.solution import Result, Unsolved
 
 
 def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[str]) -> str:
@@ -70,7 +70,7 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
              force: bool = False) -> Union[Generated, Unsolved]:
     """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole."""
-    m = mx.load(matrix_path)
+    m = matrix_file.load(matrix_path)
     site = load_site(mirror) if mirror else Site()
     if lock:
         if flags.any():

@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Optional
 
 from envkit.config import matrix_file
-from envkit.core.resolve import parse_query, resolve as solve
+from envkit.core.resolve import parse_query
+from envkit.core.resolve import resolve as solve
 from envkit.model.flags import ResolveFlags
 from envkit.model.solution import Result
 

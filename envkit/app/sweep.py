@@ -5,8 +5,8 @@
 - TPOT: per request, (latency - TTFT) / (output tokens - 1); ITL: gaps between streamed chunks.
 - request and token throughput: completed requests and tokens over the wall time of the level.
 
-Standard library only (http.client and threads), so it runs inside any image too. A failed request
-(HTTP error, connection drop, out of memory on the server) is a counted failure, never a crash.
+The requests go through adapters/openai_http.py (http.client, threads here); a failed request (HTTP error,
+connection drop, out of memory on the server) is a counted failure, never a crash.
 """
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from envkit.cli import options as opt
 from envkit.cli.options import finish
 from envkit.inimage.selftest import ENGINES, SHAPES
 
-
 if TYPE_CHECKING:
     from envkit.app.sweep import SweepRequest
 

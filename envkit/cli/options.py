@@ -11,8 +11,8 @@ import typer
 
 from envkit import ui
 from envkit.errors import EXIT_NO_SOLUTION
-from envkit.model.solution import Unsolved
 from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
+from envkit.model.solution import Unsolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 

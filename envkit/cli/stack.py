@@ -10,8 +10,7 @@ from envkit.cli import options as opt
 from envkit.cli.options import FORCE, finish, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import DEFAULT_HOST_MARCH
-from envkit.model.plan import Options
+from envkit.model.plan import DEFAULT_HOST_MARCH, Options
 
 
 @resolve_flags

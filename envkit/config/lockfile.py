@@ -1,18 +1,19 @@
 """envkit.lock.json: what a generated context was resolved from, written so it can be replayed exactly."""
 from __future__ import annotations
+
 import hashlib
 import json
 from pathlib import Path
+
 from envkit import __version__
-from envkit.errors import InputError
-from envkit.model.matrix import Matrix
-from envkit.model.plan import Options
-from envkit.model.solution import Result, SolutionRecord
-from envkit.model.site import Site
 from envkit.config.userfile import read_text
+from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
-
+from envkit.model.matrix import Matrix
+from envkit.model.plan import Options
+from envkit.model.site import Site
+from envkit.model.solution import Result, SolutionRecord
 
 LOCK_NAME = "envkit.lock.json"
 

@@ -22,8 +22,28 @@ from packaging.version import Version
 from envkit import data
 from envkit.config.fields import REQUIRED, Field, Problem, Table, identity
 from envkit.errors import MatrixError
-from envkit.model.matrix import CC, CudaToolkit, Driver, Dtk, FaRemap, FaWheelBuild, FlashAttn, FlashAttnBroken, Gpu, GpuDriver, Matrix, OsRelease, PythonRelease, Rocm, TorchAbiBreak, TorchBuild, VENDOR_PLATFORM, Vllm, VllmBuild
-from envkit.model.matrix import gpu_name_key
+from envkit.model.matrix import (
+    CC,
+    VENDOR_PLATFORM,
+    CudaToolkit,
+    Driver,
+    Dtk,
+    FaRemap,
+    FaWheelBuild,
+    FlashAttn,
+    FlashAttnBroken,
+    Gpu,
+    GpuDriver,
+    Matrix,
+    OsRelease,
+    PythonRelease,
+    Rocm,
+    TorchAbiBreak,
+    TorchBuild,
+    Vllm,
+    VllmBuild,
+    gpu_name_key,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from envkit.config.fields import Field, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
-from envkit.model.flags import FLAG_ORDER
 from envkit.errors import InputError
+from envkit.model.flags import FLAG_ORDER
 from envkit.model.project import Project, Target
 
 RESOLVE_KEYS = FLAG_ORDER

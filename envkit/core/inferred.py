@@ -1,7 +1,9 @@
 """Which matrix facts rest on inference rather than a measured or published fact (envkit matrix check).
 Pure: the matrix in, a summary out."""
 from __future__ import annotations
+
 from typing import Any
+
 from envkit.model.matrix import Matrix
 
 

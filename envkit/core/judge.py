@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envkit.model.host import Finding, GpuFact, Host, SEVERITIES
+from envkit.model.host import SEVERITIES, Finding, GpuFact, Host
 from envkit.model.matrix import CC, CudaToolkit, Driver, Matrix, sass_runs_on
 from envkit.model.rules import CATALOGUE, groups
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
-from envkit.model.flags import ResolveFlags
+from envkit.model.flags import FLAG, ResolveFlags
 from envkit.model.host import Finding, Host
 from envkit.model.matrix import Matrix
 
@@ -28,7 +28,7 @@ def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
     if "driver" not in asked and host.driver:
         asked["driver"] = host.driver
     result = resolve(m, parse_query(m, ResolveFlags.from_mapping(asked)))
-    shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in asked.items())
+    shown = " ".join(f"{FLAG[k]} {v}" for k, v in asked.items())
     if result.solution is None:
         return [Finding("error", c.rule, f"asked: {shown}", c.message, c.fix, c.source) for c in result.conflicts]
     s = result.solution.flat()

@@ -1,17 +1,15 @@
 """The build preflight, pure: facts about the context and the engine in, checks with fixes out;
 and the diagnosis of known build failures from a build log."""
 from __future__ import annotations
+
 import re
 from dataclasses import dataclass
 from typing import Optional
 
-
 GB = 1 << 30
 
 
-
 GB_PER_NVCC_JOB = 5
-
 
 
 @dataclass(frozen=True)
@@ -27,14 +25,12 @@ class Facts:
     compiles: bool
 
 
-
 @dataclass(frozen=True)
 class Check:
     name: str
     ok: bool
     detail: str
     fix: str = ""
-
 
 
 def judge(f: Facts) -> list[Check]:
@@ -57,7 +53,6 @@ def judge(f: Facts) -> list[Check]:
     return checks
 
 
-
 KNOWN_FAILURES = (
     (r"Killed|signal 9|out of memory|Cannot allocate memory|cc1plus: fatal error: Killed",
      "a compiler was killed for memory (OOM)", "lower --max-jobs / --nvcc-threads (about 5 GB per nvcc job) and build again"),
@@ -71,7 +66,6 @@ KNOWN_FAILURES = (
      r"No matching distribution found|Could not find a version that satisfies|Failed to fetch",
      "a step needed the network or a file the context does not carry", "re-run envkit bundle (offline) or check the site mirror holds it"),
 )
-
 
 
 def diagnose(log: str) -> Optional[tuple[str, str, str]]:

@@ -18,8 +18,20 @@ from urllib.parse import urlsplit
 from envkit import __version__
 from envkit.errors import InputError
 from envkit.model.plan import (
-    WHEELHOUSE, AptStep, BuildPlan, CopyVenvStep, CopyWheelStep, ImportCheckStep, KernelsStep, LabelsStep, PipStep,
-    PythonTarballStep, SiteSettingsStep, Step, StepPayload, VenvStep,
+    WHEELHOUSE,
+    AptStep,
+    BuildPlan,
+    CopyVenvStep,
+    CopyWheelStep,
+    ImportCheckStep,
+    KernelsStep,
+    LabelsStep,
+    PipStep,
+    PythonTarballStep,
+    SiteSettingsStep,
+    Step,
+    StepPayload,
+    VenvStep,
 )
 
 STAGE_WHY = {

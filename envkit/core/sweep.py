@@ -1,5 +1,6 @@
 """The serving sweep's pure parts: workloads (random or a dataset) and the summary of one level's requests."""
 from __future__ import annotations
+
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ class RequestResult:
     error: str = ""
 
 
-
 def _percentile(xs: list[float], q: float) -> float:
     if not xs:
         return 0.0
@@ -29,12 +29,10 @@ def _percentile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-
 def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) pairs: ids from 10 up, valid for any tokenizer of at least `vocab` entries."""
     rng = random.Random(seed)
     return [([rng.randrange(10, vocab) for _ in range(input_len)], output_len) for _ in range(n)]
-
 
 
 def parse_dataset(text: str, n: int, output_len: int) -> list[tuple[str, int]]:
@@ -53,7 +51,6 @@ def parse_dataset(text: str, n: int, output_len: int) -> list[tuple[str, int]]:
     if not reqs:
         raise ValueError("it holds no prompts")
     return [reqs[i % len(reqs)] for i in range(n)]
-
 
 
 def summarize(results: list[RequestResult], wall: float, concurrency: int) -> dict[str, Any]:

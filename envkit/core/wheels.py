@@ -1,10 +1,12 @@
 """Pure wheel and index logic for bundles: platform tags, pip download arguments, simple-index lookups."""
 from __future__ import annotations
+
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urljoin
+
 from envkit.errors import ExternalError, InputError
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import BuildPlan
@@ -17,7 +19,6 @@ def platform_tags(glibc: tuple[int, int], arch: str = "x86_64") -> list[str]:
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     tags += [f"{legacy[m]}_{arch}" for m in (17, 12, 5) if m <= minor]
     return tags + [f"linux_{arch}"]
-
 
 
 def pip_download_args(plan: BuildPlan, osr: OsRelease, dest: Path, find_links: tuple[str, ...]) -> list[str]:
@@ -48,7 +49,6 @@ def pip_download_args(plan: BuildPlan, osr: OsRelease, dest: Path, find_links: t
     return args + reqs
 
 
-
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -63,7 +63,6 @@ class _Links(HTMLParser):
         if self._href is not None:
             self.links.append((data.strip(), self._href))
             self._href = None
-
 
 
 def find_in_simple_index(html: str, base: str, filename: str) -> tuple[str, Optional[str]]:

@@ -512,6 +512,7 @@ def check_nccl(torch, size_mb: int = 1024) -> dict | None:
     if world < 2:
         return None
     import socket
+
     import torch.multiprocessing as mp
 
     with socket.socket() as sock:

@@ -72,7 +72,6 @@ class ResolveFlags:
         return [f"{FLAG[k]}={v}" for k, v in self.to_dict().items()]
 
 
-
 def parse_flag_string(text: str, what: str = "--for") -> ResolveFlags:
     """Resolve flags written as one string, e.g. doctor's --for "--torch 2.4 --flash-attn 2.6"."""
     try:

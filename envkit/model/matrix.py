@@ -2,21 +2,20 @@
 OS releases) and the one rule for whether compiled code runs on a GPU. config/matrix_file.py reads them from
 matrix.toml."""
 from __future__ import annotations
+
 import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional
+
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-
 
 PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
 
 
-
 VENDOR_PLATFORM = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk"}
-
 
 
 @dataclass(frozen=True, order=True)
@@ -44,11 +43,9 @@ class CC:
         return f"{self.major}.{self.minor}"
 
 
-
 @functools.lru_cache(maxsize=256)
 def _cc_of(arch: str) -> Optional[CC]:
     return CC.parse(arch) if arch.startswith("sm_") else None
-
 
 
 def sass_runs_on(built: CC, gpu: CC) -> bool:
@@ -56,12 +53,10 @@ def sass_runs_on(built: CC, gpu: CC) -> bool:
     return built.major == gpu.major and built.minor <= gpu.minor
 
 
-
 def runs_on(archs: Iterable[CC], ptx: Optional[CC], gpu: CC) -> bool:
     """A binary built for `archs` (+PTX of `ptx`) runs on the GPU: a cubin of its family, or PTX
     the driver can JIT for it."""
     return any(sass_runs_on(a, gpu) for a in archs) or (ptx is not None and ptx <= gpu)
-
 
 
 @dataclass(frozen=True, order=True)
@@ -82,7 +77,6 @@ class Driver:
         return self.text
 
 
-
 @dataclass(frozen=True)
 class CudaToolkit:
     version: Version
@@ -98,7 +92,6 @@ class CudaToolkit:
 
     def can_target(self, gpu: CC) -> bool:
         return any(sass_runs_on(a, gpu) for a in self.archs)
-
 
 
 @dataclass(frozen=True)
@@ -122,7 +115,6 @@ class Gpu:
         return VENDOR_PLATFORM[self.vendor]
 
 
-
 @dataclass(frozen=True)
 class GpuDriver:
     """The driver an NVIDIA architecture family needs: the first branch that drives it, and the last
@@ -133,7 +125,6 @@ class GpuDriver:
     last_branch: Optional[int]
     confidence: str
     source: str
-
 
 
 @dataclass(frozen=True)
@@ -173,7 +164,6 @@ class TorchBuild:
         return runs_on(self.ccs, self.ptx, gpu)
 
 
-
 @dataclass(frozen=True)
 class Rocm:
     version: Version
@@ -184,14 +174,12 @@ class Rocm:
     source: str
 
 
-
 @dataclass(frozen=True)
 class Dtk:
     version: Version
     rocm: str
     image_hint: str
     source: str
-
 
 
 @dataclass(frozen=True)
@@ -211,14 +199,12 @@ class FaWheelBuild:
         return f"{self.torch.major}.{self.torch.minor}"
 
 
-
 @dataclass(frozen=True)
 class FaRemap:
     """A rule of setup.py's wheel-name code: torch.version.cuda becomes `to` when it matches."""
     cuda_major: Optional[int]
     torch: Optional[str]
     to: Version
-
 
 
 @dataclass(frozen=True)
@@ -256,7 +242,6 @@ class FlashAttn:
         return [a for a, spec in self.archs if spec.contains(nvcc, prereleases=True)]
 
 
-
 @dataclass(frozen=True)
 class TorchAbiBreak:
     """A torch patch release whose C++ symbols differ from the earlier patches of its minor: an
@@ -267,7 +252,6 @@ class TorchAbiBreak:
     source: str
 
 
-
 @dataclass(frozen=True)
 class FlashAttnBroken:
     flash_attn: SpecifierSet
@@ -275,7 +259,6 @@ class FlashAttnBroken:
     cxx11abi: bool
     why: str
     source: str
-
 
 
 @dataclass(frozen=True)
@@ -289,7 +272,6 @@ class VllmBuild:
     archs: Optional[tuple[CC, ...]] = None  # None: not stated
     ptx: Optional[CC] = None
     python: Optional[tuple[Version, ...]] = None  # the Pythons it is published for, when the source limits them
-
 
 
 @dataclass(frozen=True)
@@ -319,13 +301,11 @@ class Vllm:
         return None if self.cuda_archs is None else runs_on(self.cuda_archs, self.cuda_ptx, gpu)
 
 
-
 @dataclass(frozen=True)
 class PythonRelease:
     version: Version
     tarball: str
     source: str
-
 
 
 @dataclass(frozen=True)
@@ -342,7 +322,6 @@ class OsRelease:
     cpython_runtime: tuple[str, ...]
     cpu_image: Optional[str]
     source: str
-
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """A project file's named targets as values."""
 from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Optional
+
 from envkit.errors import InputError
 
 
@@ -15,10 +17,6 @@ class Target:
 
     def flag_dict(self) -> dict[str, str]:
         return dict(self.flags)
-
-    def cli_flags(self) -> list[str]:
-        return [f"--{k.replace('_', '-')}={v}" for k, v in self.flags]
-
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The site's mirror profile as a value: where apt, pip, images and sources come from on an intranet."""
 from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlsplit

@@ -1,13 +1,15 @@
 """What resolve answers, as values: the Query it was asked, the Solution it found (or the Conflicts that
 forbid one, each with its rule, source and fix), and the resolve flags' spellings."""
 from __future__ import annotations
+
 from dataclasses import dataclass, replace
 from typing import Any, Optional
+
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, TorchBuild, Vllm
-from envkit.model.matrix import dtk_text
+
 from envkit.model.flags import FLAG
+from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, TorchBuild, Vllm, dtk_text
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,6 @@ class Query:
         return replace(self, **changes)
 
 
-
 @dataclass(frozen=True)
 class Conflict:
     rule: str
@@ -47,7 +48,6 @@ class Conflict:
 
     def to_json(self) -> dict[str, str]:
         return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
-
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,6 @@ class FlashAttnPlan:
     reason: str = ""  # why there is no prebuilt wheel (a source build)
 
 
-
 @dataclass(frozen=True)
 class KernelPlan:
     name: str
@@ -70,7 +69,6 @@ class KernelPlan:
     setup_py: str  # "shipped" | "supplied"
     arch_list: tuple[str, ...]
     patch_gencode: bool
-
 
 
 @dataclass(frozen=True)
@@ -154,7 +152,6 @@ class Solution:
         return d
 
 
-
 @dataclass(frozen=True)
 class Result:
     query: Query
@@ -179,7 +176,6 @@ class Result:
         }
 
 
-
 @dataclass(frozen=True)
 class VllmPick:
     """The vLLM wheel a solution installs: PyPI's, or a build from the GitHub release that the
@@ -190,7 +186,6 @@ class VllmPick:
     archs: Optional[tuple[CC, ...]]
     ptx: Optional[CC]
     cuda: Optional[Version]
-
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,16 @@
 """Rendering for people: rich tables. (Machines get the JSON documents of the result objects.)"""
 from __future__ import annotations
 
-from packaging.version import Version
-
 import sys
 from typing import TYPE_CHECKING, Optional, Union
 
-from rich.markup import escape
+from packaging.version import Version
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from envkit.model.matrix import Matrix
 from envkit.model.flags import FLAG
-from envkit.model.matrix import dtk_text
+from envkit.model.matrix import Matrix, dtk_text
 from envkit.model.solution import Result
 
 if TYPE_CHECKING:

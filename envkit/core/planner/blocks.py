@@ -18,8 +18,23 @@ from packaging.version import Version
 from envkit.core.planner.context import PlanContext
 from envkit.model.matrix import PythonRelease, TorchBuild, Vllm
 from envkit.model.plan import (
-    PYTHON_FTP, PYTHON_PREFIX, VENV, WHEELHOUSE, AptStep, Carried, CopyVenvStep, CopyWheelStep, ImportCheckStep,
-    KernelsStep, LabelsStep, PipStep, PythonTarballStep, SiteSettingsStep, StageName, Step, VenvStep,
+    PYTHON_FTP,
+    PYTHON_PREFIX,
+    VENV,
+    WHEELHOUSE,
+    AptStep,
+    Carried,
+    CopyVenvStep,
+    CopyWheelStep,
+    ImportCheckStep,
+    KernelsStep,
+    LabelsStep,
+    PipStep,
+    PythonTarballStep,
+    SiteSettingsStep,
+    StageName,
+    Step,
+    VenvStep,
 )
 from envkit.model.solution import FlashAttnPlan, KernelPlan
 

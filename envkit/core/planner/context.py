@@ -11,12 +11,12 @@ from typing import Optional
 
 from packaging.version import Version
 
+from envkit.core.planner.network import NetworkPolicy
 from envkit.errors import InputError
 from envkit.model.matrix import Matrix, OsRelease, PythonRelease, dtk_text
 from envkit.model.plan import PYTHON_PREFIX, WHEELHOUSE, Network, Options, PythonSource
 from envkit.model.site import Site
 from envkit.model.solution import Solution
-from envkit.core.planner.network import NetworkPolicy
 
 OLDEST_PYTHON = Version("3.8")
 _PROXY_ARGS = {"http": "http_proxy", "https": "https_proxy", "no_proxy": "no_proxy"}

@@ -3,16 +3,31 @@ toolkit, Python, vLLM, flash-attn) and returns the Conflicts it violates, each w
 (envkit/data/rules.toml), source and fix; and the picks (vLLM wheel, flash-attn wheel or source build)
 a candidate would install."""
 from __future__ import annotations
+
 import re
 from typing import Optional
+
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
-from envkit.model.matrix import CC, CudaToolkit, Driver, FaWheelBuild, FlashAttn, Gpu, Matrix, TorchBuild, Vllm, VllmBuild
-from envkit.model.matrix import dtk_text, runs_on, sass_runs_on
-from envkit.model.solution import Conflict, FlashAttnPlan, Query, VllmPick
-from envkit.core.resolve.query import matching_versions, release_starts_with, version_span
 
+from envkit.core.resolve.query import matching_versions, release_starts_with, version_span
+from envkit.model.matrix import (
+    CC,
+    CudaToolkit,
+    Driver,
+    FaWheelBuild,
+    FlashAttn,
+    Gpu,
+    Matrix,
+    TorchBuild,
+    Vllm,
+    VllmBuild,
+    dtk_text,
+    runs_on,
+    sass_runs_on,
+)
+from envkit.model.solution import Conflict, FlashAttnPlan, Query, VllmPick
 
 FA_RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
 
@@ -479,7 +494,6 @@ def flash_attn_unary(c: Ctx, f: FlashAttn) -> int:
     if c.gpu_cc is not None and c.gpu_cc < CC(8, 0):
         n += 1
     return n
-
 
 
 def vllm_unary(c: Ctx, v: Vllm) -> int:

@@ -1,17 +1,18 @@
 """The resolver's input: resolve flags checked and parsed against the matrix into a Query (a GPU found by
 name or arch, versions and specifiers in packaging's terms), each bad flag one InputError naming the fix."""
 from __future__ import annotations
+
 import difflib
 import re
 from typing import Any, Callable, Iterable, Optional
+
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
 from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
-from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix
-from envkit.model.matrix import dtk_text, gpu_name_key
+from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key
 from envkit.model.solution import Query
-
 
 # the flash-attn csrc kernels envkit builds, and the module each one installs
 KERNELS = {"layer_norm": "dropout_layer_norm", "rotary": "rotary_emb"}
@@ -45,7 +46,6 @@ def find_gpu(m: Matrix, text: str) -> Gpu:
     raise InputError(f"unknown GPU {text!r}", f"{hint} (or give the arch: sm_86, gfx942)")
 
 
-
 def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
     """'2' -> ==2.*, '2.6' -> ==2.6.*, '2.1.2+cu118' -> ==2.1.2 and local cu118, '>=2.5' as is."""
     t = text.strip().replace(" ", "")
@@ -64,7 +64,6 @@ def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
                          "write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
 
 
-
 def _release_prefix(text: str, what: str, pattern: str, example: str, known: list[Version], show: Callable[[Version], str]) -> Version:
     """A toolkit version that must be a prefix of a release in the matrix (6.2 matches 6.2.4)."""
     v = _xy(text, f"{what} version", pattern, example)
@@ -73,13 +72,11 @@ def _release_prefix(text: str, what: str, pattern: str, example: str, known: lis
     return v
 
 
-
 def _xy(text: str, what: str, pattern: str, example: str) -> Version:
     t = text.strip().lower().lstrip("v")
     if not re.fullmatch(pattern, t):
         raise InputError(f"{what} {text!r} is malformed", f"write it like {example}")
     return Version(t)
-
 
 
 def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Optional[str]) -> Query:
@@ -111,19 +108,16 @@ def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Option
     return Query(**q)
 
 
-
 def _parse_driver(text: str) -> Driver:
     if not re.fullmatch(r"\d{3}(\.\d+){0,2}", text.strip()):
         raise InputError(f"driver version {text!r} is malformed", "write it like 535.104.05 (nvidia-smi's Driver Version)")
     return Driver.parse(text)
 
 
-
 def _parse_platform(text: str) -> str:
     if text not in PLATFORMS:
         raise InputError(f"unknown platform {text!r}", f"use one of {', '.join(PLATFORMS)}")
     return text
-
 
 
 def _parse_cuda(m: Matrix, text: str) -> Version:
@@ -135,14 +129,12 @@ def _parse_cuda(m: Matrix, text: str) -> Version:
     return v
 
 
-
 def _parse_python(m: Matrix, text: str) -> Version:
     v = _xy(text, "Python version", r"3\.\d+", "3.10")
     if v not in {p.version for p in m.python}:
         raise InputError(f"Python {text} is not in the matrix",
                          f"use one of {', '.join(str(p.version) for p in reversed(m.python))}")
     return v
-
 
 
 def _parse_torch(m: Matrix, text: str) -> tuple[SpecifierSet, Optional[str]]:
@@ -156,7 +148,6 @@ def _parse_torch(m: Matrix, text: str) -> tuple[SpecifierSet, Optional[str]]:
     return spec, local
 
 
-
 def _parse_release(m: Matrix, table: str, text: str, what: str, not_modelled: str) -> SpecifierSet:
     """A flash-attn or vLLM specifier that admits at least one release in the matrix."""
     spec, _ = _spec(text, what)
@@ -167,7 +158,6 @@ def _parse_release(m: Matrix, table: str, text: str, what: str, not_modelled: st
     return spec
 
 
-
 def _parse_kernels(text: str) -> tuple[str, ...]:
     names = tuple(sorted({k.strip() for k in text.split(",") if k.strip()}))
     bad = [k for k in names if k not in KERNELS]
@@ -176,10 +166,8 @@ def _parse_kernels(text: str) -> tuple[str, ...]:
     return names
 
 
-
 def release_starts_with(full: Version, given: Version) -> bool:
     return full.release[: len(given.release)] == given.release
-
 
 
 def version_span(versions: Iterable[Version]) -> str:
@@ -189,7 +177,6 @@ def version_span(versions: Iterable[Version]) -> str:
 
 def matches_any(m: Matrix, table: str, spec: SpecifierSet) -> bool:
     return any(spec.contains(v, prereleases=True) for v in m.index.versions[table])
-
 
 
 def matching_versions(m: Matrix, table: str, spec: SpecifierSet) -> frozenset[Version]:

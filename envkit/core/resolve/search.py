@@ -16,11 +16,22 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from packaging.version import Version
 
-from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm
-from envkit.model.matrix import sass_runs_on
-from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution
-from envkit.core.resolve.checks import Ctx, check_flash_attn, flash_attn_unary, vllm_unary, check_python, check_toolkit, check_torch, check_vllm, driver_floor, flash_attn_archs, vllm_pick
+from envkit.core.resolve.checks import (
+    Ctx,
+    check_flash_attn,
+    check_python,
+    check_toolkit,
+    check_torch,
+    check_vllm,
+    driver_floor,
+    flash_attn_archs,
+    flash_attn_unary,
+    vllm_pick,
+    vllm_unary,
+)
 from envkit.core.resolve.query import KERNELS, release_starts_with
+from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm, sass_runs_on
+from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution
 
 T = TypeVar("T")
 

@@ -168,7 +168,7 @@ def test_every_resolver_case_answers_with_a_valid_document():
     m = matrix_file.load()
     bad, n, rules = [], 0, set()
     for stem, case in _cases():
-        doc = json.loads(json.dumps(resolve(m, parse_query(m, **case["args"])).to_dict()))
+        doc = json.loads(json.dumps(resolve(m, parse_query(m, **case["args"])).to_json()))
         n += 1
         rules |= {c["rule"] for c in doc["conflicts"]}
         bad += [f"{stem}:{case['id']}: {e}" for e in errors(doc, "resolve")]
@@ -660,3 +660,28 @@ def test_zz_every_schema_whose_tests_ran_was_validated_against():
     ran = {name for name, tests in EXERCISED_BY.items() if set(tests) & RAN}
     assert ran, "no schema test ran before this one"
     assert not ran - schema_check.SEEN, f"never validated a document: {sorted(ran - schema_check.SEEN)}"
+
+
+def test_the_schemas_name_the_resolve_flags_model_flags_declares():
+    """The flags are declared once (envkit/model/flags.py); where a schema lists them, it lists exactly those."""
+    from envkit.model.flags import FLAG, FLAG_ORDER
+
+    def key_lists(node):
+        if isinstance(node, dict):
+            if "propertyNames" in node and "enum" in node["propertyNames"]:
+                yield "keys", node["propertyNames"]["enum"]
+            if "drop" in node.get("properties", {}):
+                yield "options", node["properties"]["drop"]["enum"]
+            for value in node.values():
+                yield from key_lists(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from key_lists(value)
+
+    seen = {name: list(key_lists(load(name))) for name in ("resolve", "lock", "matrix-export", "project")}
+    assert all(seen[name] for name in ("resolve", "lock", "matrix-export")), seen
+    for name, lists in seen.items():
+        for kind, values in lists:
+            assert values == (list(FLAG_ORDER) if kind == "keys" else list(FLAG.values())), (name, kind)
+    target = load("project")["properties"]["target"]["items"]["properties"]
+    assert set(FLAG_ORDER) <= set(target) and set(target) - set(FLAG_ORDER) == {"name", "offline", "mirror", "tag"}

@@ -149,6 +149,13 @@ def load_project(project: Optional[str], target: Optional[str], all_targets: boo
     return proj
 
 
+def run(req: BuildRequest, reporter: Reporter = Silent(), project: Optional[str] = None, target: Optional[str] = None) -> Outcome:
+    """One image: a project's target (--project --target), or the request's own (--offline --bundle, or --mirror)."""
+    if project or target:
+        return build_project_target(project, target, req, reporter)
+    return build(req, reporter)
+
+
 def build_project_target(project: Optional[str], target: Optional[str], req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     t = load_project(project, target, False, req).target(target or "")
     return build_target(t, network=req.network, no_cache=req.no_cache, dry_run=req.dry_run, matrix_path=req.matrix_path,

@@ -96,6 +96,5 @@ def build(
             raise typer.Exit(EXIT_EXTERNAL)
         return
     with ui.progress.RichReporter(out_console) as reporter:
-        outcome = (app.build.build_project_target(project, target, req, reporter) if project or target
-                   else app.build.build(req, reporter))
+        outcome = app.build.run(req, reporter, project, target)
     finish(outcome, as_json, lambda built: ui.report.print_build(built, out_console))

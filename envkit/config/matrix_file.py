@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -554,7 +555,7 @@ def load(path: Optional[str] = None) -> Matrix:
     if cache is not None:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp = cache.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # build --all loads in threads
             with tmp.open("wb") as fh:
                 pickle.dump(m, fh, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, cache)

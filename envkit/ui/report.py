@@ -97,7 +97,8 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
                        [(str(f.version), str(f.python), str(f.torch), str(f.nvcc),
                          "none" if f.wheel_format is None else f"cu{'XY' if f.wheel_format == 'major_minor' else 'X'}"
                          + "".join(f" {r.cuda_major or ''}{'torch' + r.torch if r.torch else ''}->{r.to}" for r in f.wheel_remap),
-                         {"workflow": " ".join(sorted({f"{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda t: Version(t.split("+")[0]))),
+                         {"workflow": " ".join(f"{minor}+cu{cuda}" for _v, minor, cuda in sorted({(Version(w.torch_minor), w.torch_minor, w.cuda)
+                                                                                             for w in f.wheels})),
                           "none": "-", "unknown": "unknown (no workflow snapshot)"}[f.wheel_set],
                          " ".join(f"{a}({spec})" for a, spec in f.archs),
                          " ".join(f.rocm_archs) + (f" ROCm{f.rocm}" if f.rocm else ""),

@@ -367,7 +367,8 @@ def _fa_wheel(c: Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optiona
         return None, f"setup.py of flash-attn {f.version} would fetch a cu{tag} wheel (another CUDA major) for torch {b.pin}"
     named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi and w.platform == "linux_x86_64"]
     if not named:
-        built = sorted({f"torch{w.torch_minor}+cu{w.cuda}" for w in f.wheels}, key=lambda s: (Version(s[5:].split("+")[0]), s))
+        pairs = sorted({(Version(w.torch_minor), w.torch_minor, w.cuda) for w in f.wheels})
+        built = [f"torch{minor}+cu{cuda}" for _v, minor, cuda in pairs]
         return None, (f"flash-attn {f.version} published no cu{tag}torch{minor}cxx11abi{abi} wheel "
                       f"(its release workflow built {', '.join(built) or 'none'})")
     fits = [w for w in named if py in w.python]

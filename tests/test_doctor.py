@@ -85,7 +85,7 @@ def test_healthy_hosts_get_no_errors_or_warnings(host):
 def test_a_cpu_torch_on_a_gpu_host_is_found_by_deep_without_a_cpu_suffix():
     rec = {"nvidia": {"driver": "570.86.15", "cuda_driver": "12.8", "gpus": [{"name": "NVIDIA GH200 480GB", "cc": "9.0"}]},
            "python": {"torch": "2.4.0"}, "deep": {"torch": "2.4.0", "torch_cuda": None, "torch_archs": [], "cuda_available": False}}
-    assert "torch.cpu-build" in {f.rule for f in judge(M, Host.from_probe(rec))}
+    assert "torch.cpu-build" in {f.rule for f in judge(M, Host.from_json(rec))}
 
 
 def test_a_flash_attn_wheel_for_another_cuda_major_is_found():
@@ -142,7 +142,7 @@ def test_the_version_mismatch_output_is_recognised():
 def test_the_mismatch_finding_names_both_versions_from_the_same_host():
     smi = probe.parse_nvidia_smi(_fixture("nvidia_smi_version_mismatch.txt"))
     kmod = probe.parse_proc_version(_fixture("proc_driver_nvidia_version.txt"))["driver"]
-    h = Host.from_probe({"nvidia": {**smi, "kernel_module": kmod}})
+    h = Host.from_json({"nvidia": {**smi, "kernel_module": kmod}})
     f = judge(M, h)[0]
     assert f.rule == "driver.library-mismatch" and "NVML library 580.178" in f.seen and "kernel module 580.173.02" in f.seen
 

@@ -160,7 +160,7 @@ def test_compiled_targets_follow_the_solution(name, mode):
     expected = ([("flash_attn",)] if fa is not None and fa.build == "source" else []) + \
                ([tuple(k.name for k in sol.kernels)] if sol.kernels else [])
     assert [k.targets for k in compiled] == expected
-    assert p.compiles_kernels == bool(compiled) == p.to_dict()["compile"]["kernels"]
+    assert p.compiles_kernels == bool(compiled) == p.to_json()["compile"]["kernels"]
     for k in compiled:
         assert k.host_march == "x86-64-v3"
         assert f"sources/{k.sdist}" in {c.path for c in p.carried}
@@ -238,16 +238,16 @@ def test_a_site_without_an_apt_mirror_is_refused_by_the_apt_block():
 @pytest.mark.parametrize("name,mode", ALL)
 def test_the_plan_document_reads_back(name, mode):
     p = _plan(name, mode)
-    doc = json.loads(json_bytes(p.to_dict()))
+    doc = json.loads(json_bytes(p.to_json()))
     back = BuildPlan.from_json(doc)
     assert isinstance(back, PlanDocument)
-    assert json_bytes(back.to_dict()) == json_bytes(p.to_dict())
+    assert json_bytes(back.to_json()) == json_bytes(p.to_json())
     assert back == p.document()
     assert [st.network for s in back.stages for st in s.steps] == [st.network for st in _steps(p)]
 
 
 def test_the_plan_document_of_another_schema_is_refused():
-    doc = _plan("cpu", "internet").to_dict()
+    doc = _plan("cpu", "internet").to_json()
     with pytest.raises(InputError, match="schema"):
         BuildPlan.from_json({**doc, "schema": doc["schema"] + 1})
 

@@ -84,6 +84,11 @@ def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[st
     return args
 
 
+def run(req: SelftestRequest, image: Optional[str] = None) -> SelftestResult:
+    """Inside `image` when one is named, else here."""
+    return run_in_image(image, req) if image else run_here(req)
+
+
 def run_here(req: SelftestRequest) -> SelftestResult:
     check(req)
     with script.stdout_to_stderr():

@@ -65,6 +65,13 @@ class SweepRequest:
     output_len: int = 128
     dataset: Optional[str] = None
 
+    @classmethod
+    def asked(cls, engine_url: str, model: Optional[str], concurrency: str, num_prompts: int, input_len: Optional[int],
+              output_len: Optional[int], dataset: Optional[str]) -> "SweepRequest":
+        """From a command's options, where what was not given is None."""
+        return cls(engine_url, model or cls.model, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
+                   dataset)
+
 
 def _levels(concurrency: str) -> list[int]:
     try:

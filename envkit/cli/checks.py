@@ -53,11 +53,9 @@ def selftest(
         ui.report_dir.ready(report)
     app.selftest.check_sweep_alone(urls, req, image, dataset)
     if urls:
-        return _sweep(app.sweep.SweepRequest(engine_url=urls[0], model=model or "default", concurrency=concurrency,
-                                             num_prompts=num_prompts, input_len=input_len or 128, output_len=output_len or 128,
-                                             dataset=dataset),
+        return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset),
                       as_json, report, junit_path)
-    result = app.selftest.run_in_image(image, req) if image else app.selftest.run_here(req)
+    result = app.selftest.run(req, image)
     doc = result.to_json()
     if report:
         ui.report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})

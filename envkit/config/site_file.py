@@ -70,11 +70,24 @@ def _url(value: Any) -> str:
     if parts.username or parts.password:
         raise Invalid(f"carries credentials ({parts.username}@...): they would be written into an image layer",
                       "use a read-only mirror URL without credentials, or log in on the build host (pip keyring/netrc) outside the image")
+    if parts.query:
+        raise Invalid("has a query string (?...): it would be written into the image (pip.conf, site.env, RUN lines), "
+                      "and query strings carry tokens", "give the mirror's plain URL; a mirror that needs a token is not supported "
+                      "yet (envkit never writes a credential into an image)")
     return value.rstrip("/")
 
 
-_image = text(_IMAGE_REF.pattern, "must be an image reference like registry:5000/name:tag or name@sha256:..., got {value}",
-              "write the image name on one line, without spaces")
+def _image(value: Any) -> str:
+    """An image reference; `user:pass@` in front of it would be a credential, `@sha256:...` after it is a digest."""
+    ref = _image_text(value)
+    if "@" in ref and not re.match(r"sha(256|384|512):", ref.split("@", 1)[1]):
+        raise Invalid(f"carries credentials ({ref.split('@', 1)[0].split(':', 1)[0]}@...): they would be written into the "
+                      "Dockerfile's FROM line and the plan", "log in on the build host (docker login) and name the image without them")
+    return ref
+
+
+_image_text = text(_IMAGE_REF.pattern, "must be an image reference like registry:5000/name:tag or name@sha256:..., got {value}",
+                   "write the image name on one line, without spaces")
 _no_proxy = text(r"[A-Za-z0-9.,/*:_-]*", "must be a comma-separated string of hosts and networks, got {value}",
                  'write no_proxy = "10.0.0.0/8,.corp.example"')
 _os_name = text(r"[a-z]+\d+(\.\d+)?", 'must name an os like "ubuntu20.04", got {value}', "see envkit matrix show os")
@@ -101,6 +114,9 @@ def _hosts(value: Any) -> tuple[str, ...]:
 def _registry_prefix(value: Any) -> str:
     if not isinstance(value, str) or "://" in value or not value.strip("/") or not _IMAGE_REF.fullmatch(value):
         raise Invalid("must be a registry host[/path] without a scheme", 'write prefix = "registry.corp:5000"')
+    if "@" in value:
+        raise Invalid(f"carries credentials ({value.split('@', 1)[0].split(':', 1)[0]}@...): they would be written into every "
+                      "FROM line and the plan", "log in on the build host (docker login) and write prefix = \"registry.corp:5000\"")
     return value.strip("/")
 
 
@@ -193,6 +209,9 @@ def _ca_cert(path: str, cert: Optional[str], read_file: Optional[Callable[[Path]
         raise _bad(path, f"[ca] cert {cert_path}: {exc.strerror}", "point cert at a PEM file, relative to the site file") from None
     if b"-----BEGIN CERTIFICATE-----" not in ca:
         raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate", "give the PEM (BEGIN CERTIFICATE) form")
+    if b"PRIVATE KEY-----" in ca:
+        raise _bad(path, f"[ca] cert {cert_path} holds a private key: it would be copied into the image's trust store",
+                   "give a file with the CA certificate(s) only (BEGIN CERTIFICATE blocks)")
     return ca
 
 

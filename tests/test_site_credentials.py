@@ -1,0 +1,48 @@
+"""A credential in a site file is refused with the way around it, never written into an image: user:pass@ in
+an image reference or a registry prefix, a token in a URL's query string, a private key beside the CA
+certificate (fuzz report, security findings 1-3)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envkit.config.site_file import parse
+from envkit.errors import InputError
+
+CERT = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+SECRETS = ("S3CR3TTOKEN", "glpat-SECRET", "SECRET2", "hunter2", "MIIE")
+
+
+@pytest.mark.parametrize("text, names", [
+    ('[images]\n"docker.io/library/debian:bookworm-slim" = "robot:S3CR3TTOKEN@registry.corp:5000/debian:bookworm-slim"\n',
+     "[images]"),
+    ('[registry]\nprefix = "robot:S3CR3TTOKEN@registry.corp:5000"\n', "[registry] prefix"),
+    ('[dtk]\ndevel_image = "robot:hunter2@registry.corp:5000/dtk:24.04"\nos = "ubuntu20.04"\n', "[dtk] devel_image"),
+    ('[pip]\nindex_url = "http://10.10.1.10/simple?private_token=glpat-SECRET"\n', "[pip] index_url"),
+    ('[pip]\nextra_index_urls = ["http://10.10.1.10/whl?token=SECRET2"]\n', "[pip] extra_index_urls"),
+    ('[rewrite]\n"https://download.pytorch.org/whl" = "http://10.10.1.10/whl?token=SECRET2"\n', "[rewrite]"),
+    ('[apt]\nmirror = "http://10.10.1.10/debian?token=SECRET2"\n', "[apt] mirror"),
+])
+def test_credentials_in_references_and_urls_are_refused_in_one_line_without_echoing_them(text, names):
+    with pytest.raises(InputError) as e:
+        parse(text, "SITE.toml")
+    line = e.value.one_line()
+    assert names in line and "\n" not in line and e.value.exit_code == 2
+    assert not any(s in line for s in SECRETS), line
+
+
+def test_a_private_key_beside_the_ca_certificate_is_refused(tmp_path: Path):
+    (tmp_path / "ca.pem").write_bytes(CERT + KEY)
+    with pytest.raises(InputError, match="holds a private key"):
+        parse('[ca]\ncert = "ca.pem"\n', str(tmp_path / "SITE.toml"))
+    (tmp_path / "ca.pem").write_bytes(CERT)
+    assert parse('[ca]\ncert = "ca.pem"\n', str(tmp_path / "SITE.toml")).ca_cert == CERT
+
+
+def test_digests_and_plain_references_still_pass():
+    digest = "registry.corp:5000/debian@sha256:" + "0" * 64
+    site = parse(f'[images]\n"docker.io/library/debian:bookworm-slim" = "{digest}"\n[registry]\nprefix = "registry.corp:5000"\n',
+                 "SITE.toml")
+    assert dict(site.images)["docker.io/library/debian:bookworm-slim"] == digest and site.registry_prefix == "registry.corp:5000"

@@ -1,15 +1,17 @@
 """Small real HTTP servers on 127.0.0.1 for the tests: a file server that honours Range (and can
-cut a response short, to interrupt a download), a PEP 503 index built from wheel files, and an apt
-pass-through mirror (what apt-cacher-ng does at an intranet site)."""
+cut a response short, to interrupt a download), a PEP 503 index built from wheel files, an apt
+pass-through mirror (what apt-cacher-ng does at an intranet site), and an event stream like an
+OpenAI-compatible server's."""
 from __future__ import annotations
 
 import hashlib
 import re
 import shutil
 import threading
+import time
 from contextlib import contextmanager
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -120,3 +122,22 @@ class AptPassThrough(SimpleHTTPRequestHandler):
 
 def apt_mirror_handler(cache: Path):
     return type("Apt", (AptPassThrough,), {"cache": cache, "requests": []})
+
+
+class EventStream(BaseHTTPRequestHandler):
+    """A quiet handler that answers every POST with a 200 event stream of `chunks` (delay in seconds, bytes)."""
+    protocol_version = "HTTP/1.0"
+    chunks: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for delay, data in self.chunks:
+            time.sleep(delay)
+            self.wfile.write(data)
+            self.wfile.flush()

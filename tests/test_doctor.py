@@ -18,7 +18,7 @@ else:  # pragma: no cover
 from envkit.config import matrix_file as mx
 from envkit.inimage import probe
 from envkit.core.judge_for import for_findings
-from envkit.model.flags import parse_flag_string
+from envkit.model.flags import ResolveFlags, parse_flag_string
 from envkit.errors import InputError
 from envkit.model.host import GpuFact, Host
 from envkit.core.judge import healthy, judge
@@ -26,8 +26,8 @@ from envkit.core.judge import healthy, judge
 ROOT = Path(__file__).resolve().parent
 
 
-def _for(text: str) -> dict:
-    return parse_flag_string(text).to_dict()
+def _for(text: str) -> ResolveFlags:
+    return parse_flag_string(text)
 FIX = ROOT / "fixtures" / "doctor"
 M = mx.load()
 

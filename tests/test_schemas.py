@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator, ValidationError
 
 import schema_check
 from schema_check import BASE, errors, load, names, validate
-from servers import serve
+from servers import EventStream, serve
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -317,22 +317,10 @@ def test_recorded_gpu_selftest_documents(path):
         refused(broken, "selftest", "a model row without tokens/s")
 
 
-class _OpenAI(BaseHTTPRequestHandler):
+class _OpenAI(EventStream):
     """/v1/completions streaming three tokens and the usage chunk, as vLLM's server does."""
-    protocol_version = "HTTP/1.0"
-
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for _ in range(3):
-            self.wfile.write(b'data: {"choices": [{"text": "x"}]}\n\n')
-        self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}\n\n')
-        self.wfile.write(b"data: [DONE]\n\n")
+    chunks = [(0.0, b'data: {"choices": [{"text": "x"}]}\n\n')] * 3 + [
+        (0.0, b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}\n\n'), (0.0, b"data: [DONE]\n\n")]
 
 
 class _OutOfMemory(BaseHTTPRequestHandler):

@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler
 
 from envkit.core.sweep import RequestResult, _percentile, summarize
 from envkit.adapters.openai_http import one_request
-from servers import serve
+from servers import EventStream, serve
 
 
 def test_metrics_follow_vllms_definitions():
@@ -63,28 +63,7 @@ def test_out_of_memory_is_a_row_flag():
     assert s["completed"] == 0 and s["failed"] == 1 and s["out_of_memory"] is True and s["mean_ttft_ms"] is None
 
 
-class _Stream(BaseHTTPRequestHandler):
-    """A quiet handler that answers every POST with a 200 event stream of `chunks` (delay in seconds, bytes)."""
-    protocol_version = "HTTP/1.0"
-    chunks: list = []
-
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        import time
-
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        for delay, data in self.chunks:
-            time.sleep(delay)
-            self.wfile.write(data)
-            self.wfile.flush()
-
-
-class _Streams(_Stream):
+class _Streams(EventStream):
     """Three tokens 50 ms apart, the usage chunk, then a [DONE] 2 s later."""
     chunks = [(0.05, b'data: {"choices": [{"text": "x"}]}\n\n')] * 3 + [
         (0.0, b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}}\n\n'), (2.0, b"data: [DONE]\n\n")]
@@ -99,7 +78,7 @@ def test_ttft_and_latency_stop_at_tokens_as_vllms_client_does():
     assert len(r.itl) == 2
 
 
-class _Garbles(_Stream):
+class _Garbles(EventStream):
     """A 200 whose stream carries a JSON value that is not an object."""
     chunks = [(0.0, b"data: [1, 2]\n\n")]
 

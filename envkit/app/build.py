@@ -164,7 +164,7 @@ def build_project_target(project: Optional[str], target: Optional[str], req: Bui
 
 def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
                  reporter: Reporter = Silent()) -> Outcome:
-    check_options(network, None)
+    """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
     if t.offline:
         bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter)

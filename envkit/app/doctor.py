@@ -14,7 +14,7 @@ from envkit.core.judge import healthy, judge
 from envkit.core.judge_for import for_findings
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import probe
-from envkit.model.flags import parse_flag_string
+from envkit.model.flags import ResolveFlags, parse_flag_string
 from envkit.model.host import Finding, Host
 from envkit.model.matrix import Matrix
 
@@ -34,7 +34,7 @@ def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None
     return rec
 
 
-def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[dict[str, str]], wants_kernels: bool) -> tuple[Host, list[Finding]]:
+def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[ResolveFlags]) -> tuple[Host, list[Finding]]:
     host = Host.from_json(record)
     if image_record is not None:
         inner = Host.from_json(image_record)
@@ -43,10 +43,10 @@ def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optiona
                        dcu_name=host.dcu_name, dtk=host.dtk,
                        # without the GPUs passed in, torch inside could not have seen them: that is not the image's fault
                        cuda_available=inner.cuda_available if image_record.get("gpus_passed") else None)
-    if wants_kernels:
+    if flags is not None and flags.kernels:
         host = replace(host, wants_kernels=True)
     findings = judge(m, host)
-    if flags:
+    if flags is not None and flags.any():
         findings += for_findings(m, host, flags)
     return host, findings
 
@@ -88,11 +88,11 @@ def read_facts(path: str) -> dict[str, Any]:
 def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optional[str] = None, for_: Optional[str] = None,
         facts_file: Optional[str] = None) -> DoctorOutcome:
     m = matrix_file.load(matrix_path)
-    flags = parse_flag_string(for_).to_dict() if for_ else None
+    flags = parse_flag_string(for_) if for_ else None
     record = read_facts(facts_file) if facts_file else probe.collect(deep_mode=deep and not image)
     image_record = probe_image(image, deep) if image else None
     try:
-        host, findings = doctor(m, record, image_record, flags, bool(flags and flags.get("kernels")))
+        host, findings = doctor(m, record, image_record, flags)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         if not facts_file:
             raise

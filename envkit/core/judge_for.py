@@ -18,11 +18,11 @@ def _major(text: str) -> Optional[int]:
         return None
 
 
-def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
+def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
     """Would the asked stack work on this host's GPU and driver? The resolver answers."""
     from envkit.core.resolve import parse_query, resolve
 
-    asked = dict(flags)
+    asked = flags.to_dict()
     if "gpu" not in asked and host.gpus and host.gpus[0].cc:
         asked["gpu"] = f"sm_{host.gpus[0].cc.replace('.', '')}"
     if "driver" not in asked and host.driver:
@@ -35,7 +35,7 @@ def for_findings(m: Matrix, host: Host, flags: dict[str, str]) -> list[Finding]:
     extra = []
     nv = host.nvcc
     nv_major = _major(nv) if nv else None
-    if flags.get("kernels") and nv_major is not None and result.solution.platform == "cuda" and result.solution.toolkit is not None \
+    if flags.kernels and nv_major is not None and result.solution.platform == "cuda" and result.solution.toolkit is not None \
             and nv_major != result.solution.toolkit.major:
         extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {result.solution.toolkit}",
                              "extensions must be compiled with the CUDA major torch was built with",

@@ -27,7 +27,3 @@ def dockerfiles() -> Path:
         if (candidate / "fragments").is_dir():
             return candidate
     return PACKAGE.parent / "dockerfiles"
-
-
-def schema(name: str) -> Path:
-    return SCHEMAS / f"{name}.schema.json"

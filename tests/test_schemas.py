@@ -36,7 +36,7 @@ EXPORT_PROJECT = ROOT / "tests" / "golden" / "export" / "envkit.toml"
 
 # The schema of each document (the docs/json-schemas.md table); site and project describe TOML files.
 DOCUMENTS = {"resolve", "generate", "plan", "lock", "solution", "bundle", "manifest", "build", "selftest", "sweep", "doctor",
-             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export"}
+             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error"}
 USER_FILES = {"site", "project"}
 WITHOUT_VERSION_KEY = {"solution", "site", "project"}  # the solution sits inside versioned documents; the TOML files have none
 
@@ -605,6 +605,20 @@ def test_a_target_with_a_mirror_needs_no_defaults_and_a_default_mirror_covers_ev
 
 # ---------------------------------------------------------------- every schema is exercised
 
+@pytest.mark.parametrize("args, kind, code", [
+    (("resolve", "--gpus", "A100", "--json"), "usage", 2),
+    (("resolve", "--gpu", "no-such-gpu", "--json"), "input", 2),
+    (("resolve", "--gpu", "H100", "--matrix", "tests/no-such-matrix.toml", "--json"), "input", 2),
+    (("doctor", "--facts", "tests/no-such-facts.json", "--json"), "input", 2),
+])
+def test_error_documents_on_stdout_with_json(args, kind, code):
+    p = envkit(*args, codes=(code,))
+    doc = json.loads(p.stdout)
+    schema_check.validate(doc, "error")
+    assert doc["error"]["kind"] == kind and doc["error"]["exit_code"] == code
+    assert doc["error"]["message"] in p.stderr
+
+
 EXERCISED_BY = {
     "resolve": ["test_resolve_documents_ok_and_no_solution", "test_every_resolver_case_answers_with_a_valid_document"],
     "solution": ["test_generate_json_and_the_plan_lock_solution_and_label_it_writes", "test_every_resolver_case_answers_with_a_valid_document"],
@@ -623,6 +637,7 @@ EXERCISED_BY = {
     "matrix-check": ["test_matrix_check_document"],
     "matrix-refresh": ["test_matrix_refresh_documents_check_differs_and_rewrite"],
     "matrix-export": ["test_matrix_export_json_documents"],
+    "error": ["test_error_documents_on_stdout_with_json"],
     "site": ["test_site_schema_accepts_every_site_file", "test_site_schema_refuses_what_the_parser_refuses"],
     "project": ["test_project_schema_accepts_every_project_file", "test_project_schema_refuses_what_the_parser_refuses"],
 }

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path: Optional[str]) -> None:
-    with ui.progress.RichReporter(ui.progress.console(stderr=True)) as reporter:
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         result = app.sweep.serving_sweep(sweep, reporter)
     doc = result.to_json()
     if report:

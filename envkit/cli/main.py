@@ -1,43 +1,135 @@
 """The command line: typer only. Each command parses its options, calls one use case of envkit/app and shows
-the outcome with envkit/ui; `main` is the one place that turns an EnvkitError into its line and exit code."""
+the outcome with envkit/ui; `main` is the one place that turns an error into its line and exit code: envkit's
+own errors and click's usage errors in one dialect (`envkit: error: MESSAGE (fix: FIX)`), and with `--json`
+one JSON document on stdout as well, so a CI job that parses stdout gets the error too."""
 from __future__ import annotations
 
+import json
+import os
 import sys
-from typing import Callable
+import traceback
+from enum import Enum
+from typing import Any, Callable, Optional, Sequence
 
 import typer
 
+from envkit import __version__, ui
 from envkit.cli import checks, matrix, stack
+from envkit.cli.help import EXIT_CODES, epilog
 from envkit.errors import EnvkitError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+EXIT_USAGE = 2
+EXIT_BUG = 70
+EXIT_INTERRUPTED = 130
+
+
+class ProgressMode(str, Enum):
+    auto = "auto"
+    plain = "plain"
+    none = "none"
+
+
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=EXIT_CODES,
                   help="Resolve, generate, build and self-test GPU environments for LLM serving.")
 COMMANDS: tuple[Callable[..., None], ...] = (stack.resolve, stack.generate, stack.bundle, stack.build, checks.selftest,
                                              checks.doctor, checks.inspect)
 MATRIX_COMMANDS: tuple[Callable[..., None], ...] = (matrix.export, matrix.check, matrix.refresh, matrix.show)
 for command in COMMANDS:
-    app.command()(command)
+    app.command(epilog=epilog(command.__name__))(command)
 
-matrix_app = typer.Typer(no_args_is_help=True, help="Inspect and validate matrix.toml.")
+matrix_app = typer.Typer(no_args_is_help=True, help="Inspect and validate matrix.toml; export a project's targets to CI.")
 for command in MATRIX_COMMANDS:
-    matrix_app.command(command.__name__)(command)
+    matrix_app.command(command.__name__, epilog=epilog(command.__name__))(command)
 app.add_typer(matrix_app, name="matrix")
 
 
-def main() -> None:
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"envkit {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print envkit's version and exit"),
+    verbose: int = typer.Option(0, "-v", "--verbose", count=True, help="more detail: a traceback with an internal error"),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="no progress lines, bars or build log (same as --progress none)"),
+    progress: ProgressMode = typer.Option(ProgressMode.auto, "--progress", envvar="ENVKIT_PROGRESS",
+                                          help="auto: bars where the terminal can draw them; plain: one line per event; none"),
+    no_color: bool = typer.Option(False, "--no-color", help="no colour (NO_COLOR in the environment does the same)"),
+) -> None:
+    """Resolve, generate, build and self-test GPU environments for LLM serving."""
+    ui.settings.configure(progress="none" if quiet else progress.value, color=not no_color, verbose=verbose)
+
+
+def _command_path(exc: Any, args: Sequence[str]) -> str:
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "envkit"
+    if path != "envkit":
+        return path
+    words = [a for a in args if not a.startswith("-")][:2]
+    if words and words[0] == "matrix" and len(words) > 1 and words[1] in {c.__name__ for c in MATRIX_COMMANDS}:
+        return f"envkit matrix {words[1]}"
+    if words and words[0] in {c.__name__ for c in COMMANDS} | {"matrix"}:
+        return f"envkit {words[0]}"
+    return "envkit"
+
+
+def _usage_error(exc: Any, args: Sequence[str]) -> tuple[str, str]:
+    """Click's usage error as envkit's message and fix."""
+    help_hint = f"`{_command_path(exc, args)} --help` lists them all"
+    possibilities = sorted(getattr(exc, "possibilities", None) or ())
+    if possibilities:
+        return str(getattr(exc, "message", exc)), f"did you mean {' or '.join(possibilities)}? {help_hint}"
+    message = exc.format_message().strip().replace("\n", " ")
+    if "Did you mean" in message:
+        message, _, guess = message.partition(" Did you mean")
+        return message.rstrip("."), f"did you mean{guess.rstrip('?')}? {help_hint}"
+    return message.rstrip("."), f"see `{_command_path(exc, args)} --help`"
+
+
+def _error_document(kind: str, code: int, message: str, fix: str) -> str:
+    return json.dumps({"schema": 1, "ok": False, "error": {"kind": kind, "exit_code": code, "message": message, "fix": fix}},
+                      indent=2) + "\n"
+
+
+def _fail(argv: Sequence[str], kind: str, code: int, message: str, fix: str) -> None:
+    line = f"{message} (fix: {fix})" if fix else message
+    sys.stderr.write(f"envkit: error: {line}\n")
+    if "--json" in argv:
+        sys.stdout.write(_error_document(kind, code, message, fix))
+    sys.exit(code)
+
+
+KINDS = {1: "no-solution", 2: "input", 3: "matrix", 4: "external", 5: "preflight"}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rv = app(standalone_mode=False)
+        rv = app(args=args, prog_name="envkit", standalone_mode=False)
     except EnvkitError as exc:
-        sys.stderr.write(f"envkit: error: {exc.one_line()}\n")
-        sys.exit(exc.exit_code)
+        _fail(args, KINDS.get(exc.exit_code, "error"), exc.exit_code, exc.message, exc.fix)
     except KeyboardInterrupt:
         sys.stderr.write("envkit: interrupted\n")
-        sys.exit(130)
-    except Exception as exc:  # click's usage errors carry their own exit code and message
-        show = getattr(exc, "show", None)
-        code = getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            sys.exit(code)
-        raise
+        sys.exit(EXIT_INTERRUPTED)
+    except typer.TyperException as exc:  # click's usage errors: the same dialect and exit code as envkit's
+        code = getattr(exc, "exit_code", EXIT_USAGE)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(0)
+        if type(exc).__name__ == "Abort":
+            sys.stderr.write("envkit: interrupted\n")
+            sys.exit(EXIT_INTERRUPTED)
+        message, fix = _usage_error(exc, args)
+        _fail(args, "usage", code if isinstance(code, int) else EXIT_USAGE, message, fix)
+    except BrokenPipeError:  # `envkit matrix show | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except Exception as exc:  # a bug in envkit: one line and exit 70; the traceback with -v
+        if ui.settings.current().verbose:
+            traceback.print_exc()
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        _fail(args, "internal", EXIT_BUG, f"internal error: {type(exc).__name__}: {exc} (at {where.name}, line {where.lineno})",
+              "this is a bug in envkit: re-run with -v and report the traceback")
     sys.exit(rv if isinstance(rv, int) else 0)

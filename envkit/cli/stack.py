@@ -56,7 +56,7 @@ def bundle(
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
-    with ui.progress.RichReporter(ui.progress.console(stderr=True)) as reporter:
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
                         force=force, reporter=reporter)
     finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
@@ -95,6 +95,6 @@ def build(
         if not built.ok:
             raise typer.Exit(EXIT_EXTERNAL)
         return
-    with ui.progress.RichReporter(out_console) as reporter:
+    with ui.progress.reporter(out_console) as reporter:
         outcome = app.build.run(req, reporter, project, target)
     finish(outcome, as_json, lambda built: ui.report.print_build(built, out_console))

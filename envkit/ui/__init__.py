@@ -7,9 +7,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time each loads on first use
-    from envkit.ui import junit, output, plot, progress, report, report_dir
+    from envkit.ui import junit, output, plot, progress, report, report_dir, settings
 
-__all__ = ["junit", "output", "plot", "progress", "report", "report_dir"]
+__all__ = ["junit", "output", "plot", "progress", "report", "report_dir", "settings"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -18,12 +18,13 @@ from rich.table import Table
 
 from envkit.app.reporter import Tick
 from envkit.core.preflight import Check
+from envkit.ui import settings
 
 _STEP = re.compile(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", re.I)
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return settings.console(stderr)
 
 
 class RichReporter:
@@ -91,6 +92,27 @@ class RichReporter:
         if concurrency not in self._levels:
             self._levels[concurrency] = self._sweep.add_task(f"concurrency {concurrency}", total=total)
         self._sweep.update(self._levels[concurrency], completed=done)
+
+
+class QuietReporter(RichReporter):
+    """`--progress none` (or `-q`): no progress lines, bars or build log; the preflight's verdict still shows."""
+
+    def say(self, message: str) -> None:
+        pass
+
+    def transfer(self, name: str) -> ContextManager[Tick]:
+        return contextlib.nullcontext(lambda done, total: None)
+
+    def build_line(self, line: str) -> None:
+        pass
+
+    def requests_done(self, concurrency: int, done: int, total: int) -> None:
+        pass
+
+
+def reporter(out: Console) -> RichReporter:
+    """The Reporter the global --progress option asks for, drawing on `out`."""
+    return QuietReporter(out) if settings.current().progress == "none" else RichReporter(out)
 
 
 class BuildBoard:

@@ -12,6 +12,7 @@ from rich.table import Table
 from envkit.model.flags import FLAG
 from envkit.model.matrix import Matrix, dtk_text
 from envkit.model.solution import Result
+from envkit.ui import settings
 
 if TYPE_CHECKING:
     from envkit.app.build import Built, DryRun
@@ -22,7 +23,7 @@ RULE_STYLE = "bold red"
 
 
 def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return settings.console(stderr)
 
 
 def print_result(result: Result, console: Optional[Console] = None) -> None:

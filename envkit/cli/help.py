@@ -1,0 +1,49 @@
+"""What `--help` shows beyond the options: examples per command and the exit codes."""
+from __future__ import annotations
+
+EXIT_CODES = """Exit codes: 0 ok; 1 no solution, problems found or a check failed; 2 bad input (a flag, version or file);
+3 matrix.toml invalid; 4 an outside tool or engine failed; 5 build preflight refused; 70 envkit itself failed (a bug:
+re-run with -v and report it); 130 interrupted."""
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "resolve": (
+        'envkit resolve --gpu "RTX 4090" --cuda 11.8 --torch 2.1.2 --vllm 0.2.7',
+        "envkit resolve --gpu V100 --flash-attn 2            # no solution: the conflict, its source and fix",
+        "envkit resolve --gpu H100 --cuda 12 --json          # the newest 12.x, as one JSON document",
+    ),
+    "generate": (
+        "envkit generate --gpu H100 --flash-attn 2 --kernels layer_norm,rotary --dry-run",
+        "envkit generate --gpu A100 --mirror site.toml -o ctx    # intranet mirrors only",
+        "envkit generate --lock envkit.lock.json --offline -o ctx",
+    ),
+    "bundle": (
+        "envkit bundle --gpu H100 --flash-attn 2 -o carry        # on a connected machine",
+        "envkit bundle --lock envkit.lock.json --mirror site.toml -o carry",
+    ),
+    "build": (
+        "envkit build --offline --bundle carry --dry-run         # the preflight and plan, nothing built",
+        "envkit build --offline --bundle carry -t llm:cu124",
+        "envkit build --project envkit.toml --all -j 2",
+    ),
+    "selftest": (
+        "envkit selftest --image llm:cu124 --quick",
+        "envkit selftest --shape tiny --engine hf --report out/",
+        "envkit selftest --engine openai:http://127.0.0.1:8000 --concurrency 1,4,16 --junit sweep.xml",
+    ),
+    "doctor": (
+        "envkit doctor",
+        'envkit doctor --for "--gpu H100 --torch 2.4 --flash-attn 2"',
+        "envkit doctor --facts host.json --json",
+    ),
+    "inspect": ("envkit inspect llm:cu124",),
+    "export": ("envkit matrix export --format github --project envkit.toml -o .github/workflows/images.yml",),
+    "check": ("envkit matrix check", "envkit matrix check my-matrix.toml --json"),
+    "refresh": ("envkit matrix refresh --check",),
+    "show": ("envkit matrix show gpu", "envkit matrix show flash_attn"),
+}
+
+
+def epilog(command: str) -> str:
+    lines = EXAMPLES.get(command, ())
+    examples = "Examples:\n\n" + "\n".join(f"  {line}" for line in lines) + "\n\n" if lines else ""
+    return examples + EXIT_CODES

@@ -1,0 +1,37 @@
+"""How output for people looks, set once by the CLI's global options: progress (auto: rich bars and live
+tables where the terminal can take them; plain: one line per event, never redrawn; none: no progress at all),
+colour, verbosity. Every rich Console envkit makes comes from `console()` here."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from rich.console import Console
+
+PROGRESS_MODES = ("auto", "plain", "none")
+
+
+@dataclass(frozen=True)
+class Settings:
+    progress: str = "auto"
+    color: bool = True
+    verbose: int = 0
+
+
+_current = Settings()
+
+
+def configure(progress: str = "auto", color: bool = True, verbose: int = 0) -> Settings:
+    global _current
+    _current = replace(_current, progress=progress, color=color and "NO_COLOR" not in os.environ, verbose=verbose)
+    return _current
+
+
+def current() -> Settings:
+    return _current
+
+
+def console(stderr: bool = False) -> Console:
+    s = _current
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, no_color=not s.color or None,
+                   force_interactive=False if s.progress != "auto" else None)

@@ -1,0 +1,127 @@
+"""The conventions users bring from other tools: --version, completion, -v/-q and --progress, examples and exit
+codes in help, and one error dialect (click's usage errors look and exit like envkit's own; with --json the error
+is a JSON document on stdout too)."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+import envkit
+from envkit import ui
+from envkit.cli import main as cli_main
+from envkit.cli.help import EXAMPLES
+
+ENVKIT = [sys.executable, "-m", "envkit"]
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([*ENVKIT, *args], capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_version_prints_the_package_version():
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout == f"envkit {envkit.__version__}\n"
+
+
+def test_help_offers_shell_completion_and_the_global_options():
+    p = run("--help")
+    assert p.returncode == 0
+    for option in ("--install-completion", "--show-completion", "--verbose", "--quiet", "--progress", "--no-color", "Exit codes"):
+        assert option in p.stdout, option
+
+
+@pytest.mark.parametrize("command", sorted(EXAMPLES))
+def test_every_command_help_has_examples_and_exit_codes(command):
+    args = ("matrix", command) if command in {"export", "check", "refresh", "show"} else (command,)
+    p = run(*args, "--help", env={"COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    assert "Examples:" in p.stdout and "Exit codes:" in p.stdout
+    assert EXAMPLES[command][0].split("  ")[0].strip() in p.stdout
+
+
+@pytest.mark.parametrize("args, needle, fix", [
+    (("resolve", "--gpus", "A100"), "No such option: --gpus", "did you mean --gpu?"),
+    (("reslove", "--gpu", "A100"), "No such command 'reslove'", "did you mean 'resolve'?"),
+    (("resolve", "--gpu"), "Option '--gpu' requires an argument", "envkit resolve --help"),
+    (("build", "--jobs", "0"), "Invalid value for '--jobs'", "envkit build --help"),
+    (("--progress", "sometimes", "resolve"), "Invalid value for '--progress'", "envkit --help"),
+])
+def test_usage_errors_are_one_envkit_line_with_exit_2(args, needle, fix):
+    p = run(*args)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    line, = p.stderr.splitlines()
+    assert line.startswith("envkit: error: ") and needle in line and f"(fix: " in line and fix in line
+
+
+def test_usage_error_with_json_prints_the_error_document_on_stdout():
+    p = run("resolve", "--gpus", "A100", "--json")
+    assert p.returncode == 2
+    doc = json.loads(p.stdout)
+    assert doc == {"schema": 1, "ok": False, "error": {"kind": "usage", "exit_code": 2, "message": "No such option: --gpus",
+                                                      "fix": "did you mean --gpu? `envkit resolve --help` lists them all"}}
+
+
+def test_bad_input_with_json_prints_the_error_document_on_stdout():
+    p = run("resolve", "--gpu", "no-such-gpu", "--json")
+    assert p.returncode == 2
+    doc = json.loads(p.stdout)
+    assert doc["ok"] is False and doc["error"]["kind"] == "input" and "no-such-gpu" in doc["error"]["message"]
+    assert p.stderr.startswith("envkit: error: unknown GPU")
+
+
+def test_a_bug_is_one_line_exit_70_and_the_traceback_only_with_verbose(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a planted bug")
+
+    monkeypatch.setattr(envkit.app.resolve, "resolve", broken)
+    for argv, traceback_shown in ((["resolve", "--gpu", "H100"], False), (["-v", "resolve", "--gpu", "H100"], True)):
+        with pytest.raises(SystemExit) as exit_:
+            cli_main.main(argv)
+        assert exit_.value.code == cli_main.EXIT_BUG
+        err = capsys.readouterr().err
+        last = err.splitlines()[-1]
+        assert last.startswith("envkit: error: internal error: ZeroDivisionError: a planted bug") and "re-run with -v" in last
+        assert ("Traceback (most recent call last)" in err) is traceback_shown
+    ui.settings.configure()
+
+
+def test_quiet_drops_progress_but_keeps_the_preflight_verdict():
+    ui.settings.configure(progress="none")
+    try:
+        buf = io.StringIO()
+        with ui.progress.reporter(Console(file=buf, width=120)) as r:
+            r.say("fetched torch")
+            r.build_line("Step 1/9 : FROM debian")
+            with r.transfer("torch.whl") as tick:
+                tick(10, 100)
+            r.requests_done(1, 2, 4)
+            from envkit.core.preflight import Check
+            r.preflight([Check("engine", True, "docker 28 answers", "")])
+        out = buf.getvalue()
+        assert "fetched" not in out and "Step 1/9" not in out and "docker 28 answers" in out
+    finally:
+        ui.settings.configure()
+
+
+def test_plain_progress_draws_no_live_bars_and_no_color_drops_colour():
+    ui.settings.configure(progress="plain", color=False)
+    try:
+        c = ui.settings.console()
+        assert c.is_interactive is False and c.no_color is True
+    finally:
+        ui.settings.configure()
+    assert ui.settings.current() == ui.settings.Settings()
+
+
+def test_progress_none_from_the_environment_and_quiet_flag_both_run():
+    for args, env in ((("-q", "resolve", "--gpu", "H100"), {}), (("resolve", "--gpu", "H100"), {"ENVKIT_PROGRESS": "none"})):
+        p = run(*args, env=env)
+        assert p.returncode == 0, p.stderr
+        assert "torch" in p.stdout

@@ -7,6 +7,8 @@ Exit codes (documented in the README):
   3  the matrix data file is invalid
   4  an external engine or tool failed (docker, pip, network, a build step)
   5  preflight refused a build: bundle files missing or altered, no engine, too little disk or memory
+  70 envkit itself failed (a bug: cli/main.py prints one line; -v the traceback)
+  130 interrupted
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The stack commands: resolve, generate, bundle, build. Each parses, calls one use case, shows its outcome."""
 from __future__ import annotations
 
+from enum import Enum
 from typing import Optional
 
 import typer
@@ -11,6 +12,11 @@ from envkit.cli.options import FORCE, finish, resolve_flags
 from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import DEFAULT_HOST_MARCH, Options
+
+
+class BuildNetwork(str, Enum):
+    bridge = "bridge"
+    host = "host"
 
 
 @resolve_flags
@@ -75,7 +81,7 @@ def build(
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="targets built at once (with --all)"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="build context directory (mirror mode)"),
     tag: Optional[str] = typer.Option(None, "--tag", "-t", help="image name:tag (default envkit/<platform>:<torch>)"),
-    network: str = typer.Option("bridge", "--network", help="network for mirror-mode RUN steps: bridge or host"),
+    network: BuildNetwork = typer.Option(BuildNetwork.bridge, "--network", help="network for mirror-mode RUN steps"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
     as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
@@ -83,12 +89,12 @@ def build(
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
-                                 network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path)
+                                 network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)
         with ui.progress.BuildBoard([t.name for t in proj.targets], out_console) as board:
-            built = app.build_all.build_all(proj, jobs=jobs, network=network, no_cache=no_cache, board=board, dry_run=dry_run, matrix_path=matrix_path)
+            built = app.build_all.build_all(proj, jobs=jobs, network=network.value, no_cache=no_cache, board=board, dry_run=dry_run, matrix_path=matrix_path)
         out_console.print(built.summary())
         if as_json:
             ui.output.print_json(built.to_json())

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from envkit.adapters.bundle_dir import verify
+from envkit.adapters.bundle_dir import MANIFEST, verify
 from envkit.adapters.engine import Engine
 from envkit.adapters.image_build import engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
@@ -83,13 +83,22 @@ def read_plan(context: Path) -> PlanDocument:
         raise InputError(f"{context}/envkit.plan.json is not an envkit plan", "regenerate the context (envkit generate or envkit bundle)") from None
 
 
-def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], PlanDocument]:
-    """The preflight's facts, the engine (None when it does not answer) and the context's plan."""
-    plan = read_plan(context)
-    if offline:
-        if not plan.offline:
+def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
+    """The preflight's facts, the engine (None when it does not answer) and the context's plan (None only when
+    a bundle's own Dockerfile or plan is missing or unreadable: then the bundle check names it and refuses)."""
+    bundle_problems = tuple(verify(context)) if offline and (context / MANIFEST).is_file() else None
+    try:
+        plan: Optional[PlanDocument] = read_plan(context)
+    except InputError:
+        if not bundle_problems:  # not a bundle (no manifest), or one whose manifest vouches for what cannot be read
+            raise
+        plan = None
+    if plan is None:
+        problems = bundle_problems or ()
+    elif offline:
+        if not plan.offline and not bundle_problems:  # an edited plan of a bundle is the bundle check's refusal
             raise InputError(f"{context} was generated for network builds, not offline", "make it with envkit bundle")
-        problems = tuple(verify(context))
+        problems = bundle_problems if bundle_problems is not None else tuple(verify(context))
     else:
         problems = tuple(f"missing: {c.path} ({c.what}; from {c.origin})" for c in plan.context if not (context / c.path).exists())
     size = sum(p.stat().st_size for p in context.rglob("*") if p.is_file())
@@ -99,8 +108,9 @@ def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], P
     except ExternalError as exc:
         engine_error = exc.message
     disk, mem = engine_resources(engine) if engine is not None else (None, None)
-    facts = Facts(str(context), problems, engine_error, disk, mem, need_disk=3 * size + 2 * GB, max_jobs=plan.max_jobs,
-                  nvcc_threads=plan.nvcc_threads or 1, compiles=plan.compiles_kernels)
+    facts = Facts(str(context), problems, engine_error, disk, mem, need_disk=3 * size + 2 * GB,
+                  max_jobs=None if plan is None else plan.max_jobs, nvcc_threads=(None if plan is None else plan.nvcc_threads) or 1,
+                  compiles=False if plan is None else plan.compiles_kernels)
     return facts, engine, plan
 
 
@@ -193,7 +203,7 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
                              failed[0].fix)
     if dry_run:
         return DryRun(str(context))
-    assert engine is not None  # the preflight refuses a build without an engine
+    assert engine is not None and plan is not None  # the preflight refuses a build without an engine or a readable plan
     record = SolutionRecord.from_json(json.loads((context / LOCK_NAME).read_text())["solution"])
     ref = tag or record.default_tag()
     load_images(engine, context, reporter.say)

@@ -5,14 +5,13 @@ the base image itself), the base images as `docker save` tarballs, and a manifes
 and size of every file. A second run over a complete bundle downloads nothing."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Union
 
 from envkit.adapters import pip
-from envkit.adapters.bundle_dir import CARRIED_DIRS, MANIFEST, verify, write_manifest
+from envkit.adapters.bundle_dir import MANIFEST, OldManifest, image_reusable, read_manifest, recheck, remove_doomed, verify, write_manifest
 from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
@@ -124,20 +123,17 @@ def _ensure_image(engine: ContainerEngine, ref: str, say: Say) -> None:
 
 
 def save_images(engine: ContainerEngine, plan: BuildPlan, out: Path, report: BundleReport, say: Say,
-                progress_factory: Callable[[str], ContextManager[Tick]]) -> list[dict[str, str]]:
+                progress_factory: Callable[[str], ContextManager[Tick]], old: OldManifest) -> list[dict[str, str]]:
     images = []
     for ref in dict.fromkeys(s.image for s in plan.stages):
         _ensure_image(engine, ref, say)
         rel = _image_file(ref)
         dest = out / rel
         image_id = engine.image_id(ref)
-        old = out / MANIFEST
-        if dest.is_file() and old.is_file():
-            prev = {i["ref"]: i for i in json.loads(old.read_text()).get("images", [])}
-            if prev.get(ref, {}).get("id") == image_id and prev[ref].get("file") == rel:
-                report.reused.append(rel)
-                images.append({"ref": ref, "file": rel, "id": image_id})
-                continue
+        if rel in old.files and image_reusable(old, ref, rel, image_id, dest):  # the file was verified by recheck
+            report.reused.append(rel)
+            images.append({"ref": ref, "file": rel, "id": image_id})
+            continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         with progress_factory(rel) as tick:
             engine.save(ref, dest, progress=lambda n: tick(n, None))
@@ -145,6 +141,24 @@ def save_images(engine: ContainerEngine, plan: BuildPlan, out: Path, report: Bun
         images.append({"ref": ref, "file": rel, "id": image_id})
         say(f"saved {ref} -> {rel}")
     return images
+
+
+def _problem_path(problem: str) -> str:
+    """The path a verify() problem names ("altered: X (...)" -> X); the whole line for a bundle-wide problem."""
+    kind, sep, rest = problem.partition(": ")
+    return rest.split(" (", 1)[0] if sep else problem
+
+
+def _answering(engine: Optional[ContainerEngine]) -> ContainerEngine:
+    """The engine, checked to answer before anything is written (no engine: the bundle directory stays as it was)."""
+    if engine is None:
+        return Engine.connect()
+    try:
+        engine.info()
+    except Exception as exc:  # an engine's client raises many kinds for one cause: nobody answers
+        raise ExternalError(f"the container engine does not answer ({type(exc).__name__})",
+                            "start it (./scripts/start-docker.sh) or set DOCKER_HOST, then run again") from None
+    return engine
 
 
 @dataclass(frozen=True)
@@ -169,30 +183,39 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         return g
     root = Path(out)
     report = BundleReport(root)
-    if (root / MANIFEST).is_file() and (root / "envkit.plan.json").is_file() \
+    old = read_manifest(root)
+    if old.state == "unreadable":
+        say(f"{MANIFEST} is unreadable: treated as absent (each carried file is checked on its own, or fetched again)")
+    if old.state == "read" and (root / "envkit.plan.json").is_file() \
             and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
-            and not [p for p in verify(root) if p.split(": ", 1)[-1].split("/")[0] in CARRIED_DIRS]:
+            and all(_problem_path(p) in g.files for p in verify(root)):
         # Same plan, every carried artifact verified: only the generated files may need rewriting.
         unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in g.files.items())
         if not unchanged:
-            images = json.loads((root / MANIFEST).read_text()).get("images", [])
             write_tree(out, g.files, force)
-            write_manifest(root, images)
+            write_manifest(root, list(old.images))
             say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
         report.complete_already = True
-        doc = json.loads((root / MANIFEST).read_text())
-        report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
+        files = read_manifest(root).files
+        report.files, report.bytes = len(files), sum(size for size, _ in files.values())
         return Bundled(g, report, out)
     for item in g.plan.carried:
         if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links:
             raise InputError(f"{item.path} ({item.what}) is on no public index",
                              "pass --find-links DIR holding it (from the vendor's wheel site)")
+    engine = _answering(engine)
+    found = recheck(root, old, set(g.files), {c.path for c in g.plan.carried}, force) if root.is_dir() else None
     write_tree(out, g.files, force)
-    engine = engine or Engine.connect()
+    if found is not None:
+        remove_doomed(root, found)
+        for rel, why in found.doomed:
+            say(f"removed {rel} ({why}): fetching it again")
+        if found.foreign:
+            say(f"carrying {len(found.foreign)} file(s) envkit did not write as they are (--force): {', '.join(found.foreign[:3])}")
     fetch_sources(g.plan, root, report, say, progress_factory)
     fetch_wheels(g.plan, g.plan.stages[0].os, root, find_links, report, say)
     fetch_debs(engine, g.plan, root, report, say)
-    images = save_images(engine, g.plan, root, report, say, progress_factory)
+    images = save_images(engine, g.plan, root, report, say, progress_factory, old)
     doc = write_manifest(root, images)
     report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
     return Bundled(g, report, out)

@@ -3,16 +3,26 @@ from data/sources (or check them), and export a project's targets for CI."""
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+from packaging.utils import canonicalize_name
+
+from envkit.adapters.fetch import sha256_file
 from envkit.config import matrix_file, project_file
-from envkit.core.export import FORMATS, export
+from envkit.core import export as export_core
+from envkit.core.export import FORMATS
 from envkit.core.inferred import inferred_entries
+from envkit.core.resolve import parse_query
+from envkit.core.resolve import resolve as solve
 from envkit.errors import InputError
 from envkit.matrixgen import refresh as derived
+from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import Matrix
+from envkit.model.project import DISTRIBUTION, EnvkitRequirement, Project, WheelInstall
+from envkit.model.solution import Result
 
 
 def load(path: Optional[str]) -> Matrix:
@@ -79,16 +89,97 @@ def refresh(matrix_path: Optional[str], sources: Optional[str], check_only: bool
     return Refreshed(path, src, regions, diffs, rewritten=True)
 
 
-def export_project(project: str, fmt: str, contexts: str, out: Optional[str]) -> Optional[str]:
-    """The export's text, or None once written to `out`."""
+@dataclass(frozen=True)
+class Exported:
+    """The export's text; `out`: the file it was written to (None: the caller prints it)."""
+    text: str
+    out: Optional[str]
+
+
+@dataclass(frozen=True)
+class ExportUnsolved:
+    """Targets of the project without a solution: nothing was exported."""
+    unsolved: tuple[tuple[str, Result], ...]
+
+    def lines(self) -> list[str]:
+        """One line per conflict, each naming its target."""
+        out = []
+        for name, result in self.unsolved:
+            for c in result.conflicts:
+                out.append(f"target {name} has no solution: {c.rule}: {c.message}" + (f" (fix: {c.fix})" if c.fix else ""))
+        return out
+
+
+def _wheel(project: Project, req: EnvkitRequirement) -> WheelInstall:
+    """[ci] envkit's wheel, checked now: it is there, it is a wheel of envkit's distribution, and its sha256 goes
+    into the install step, which refuses any other file."""
+    path = export_core.wheel_path(project.path, req.text)
+    fix = "build it from envkit's repository (python -m pip wheel --no-deps . -w DIR), commit it, and name it in [ci] envkit"
+    try:
+        with zipfile.ZipFile(path) as whl:
+            meta = [n for n in whl.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            text = whl.read(meta[0]).decode("utf-8", "replace") if len(meta) == 1 else ""
+    except FileNotFoundError:
+        raise InputError(f"[ci] envkit: no wheel at {path}", fix) from None
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"[ci] envkit: cannot read the wheel {path}: {getattr(exc, 'strerror', None) or exc}", fix) from None
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")]
+    if not names or canonicalize_name(names[0]) != canonicalize_name(DISTRIBUTION):
+        raise InputError(f"[ci] envkit: {path} is not a wheel of {DISTRIBUTION} (its metadata names {names[0] if names else 'nothing'!r})", fix)
+    return WheelInstall(path, sha256_file(Path(path)))
+
+
+def _solve_targets(project: Project, matrix_path: Optional[str]) -> tuple[list[str], list[tuple[str, Result]]]:
+    """Every target resolved: the names of those that need a GPU, and those without a solution. Bad flags of any
+    target are one InputError naming every such target."""
+    m = matrix_file.load(matrix_path)
+    gpu: list[str] = []
+    unsolved: list[tuple[str, Result]] = []
+    bad: list[InputError] = []
+    for t in project.targets:
+        try:
+            result = solve(m, parse_query(m, ResolveFlags.from_mapping(t.flag_dict())))
+        except InputError as exc:
+            bad.append(InputError(f"target {t.name}: {exc.message}", exc.fix))
+            continue
+        if result.solution is None:
+            unsolved.append((t.name, result))
+        elif result.solution.platform != "cpu":
+            gpu.append(t.name)
+    if bad:
+        raise InputError(f"{project.path}: " + "; ".join(e.message for e in bad), "; ".join(dict.fromkeys(e.fix for e in bad if e.fix)))
+    return gpu, unsolved
+
+
+def export_project(project: str, fmt: str, contexts: str, out: Optional[str],
+                   matrix_path: Optional[str] = None) -> Union[Exported, ExportUnsolved]:
+    """Every target is resolved and every input checked before anything is written; the text is written whole
+    (a temporary file renamed) to `out`, or returned for the caller to print."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}", "pick one of them")
-    text = export(project_file.load(project), fmt, contexts)
-    if not out:
-        return text
-    try:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror}", "choose a writable -o path") from None
-    return None
+    export_core.check_text("--project", project)
+    if out is not None:
+        export_core.check_text("-o", out)
+    p = project_file.load(project)
+    install: Optional[export_core.Install] = None
+    if fmt in export_core.INSTALLING:
+        req = p.ci.envkit
+        if req is None:
+            raise export_core.missing_install(p)
+        export_core.check_text("[ci] envkit", req.text)
+        install = _wheel(p, req) if req.kind == "wheel" else req
+    gpu, unsolved = _solve_targets(p, matrix_path)
+    if unsolved:
+        return ExportUnsolved(tuple(unsolved))
+    text = export_core.export(p, fmt, contexts, install, gpu)
+    if out:
+        target = Path(out)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"cannot write {out}: {exc.strerror}", "choose a writable -o path") from None
+    return Exported(text, out)

@@ -10,6 +10,7 @@ from envkit import app, ui
 from envkit.cli import options as opt
 
 EXIT_DIFFERS = 1
+EXIT_NO_SOLUTION = 1
 
 
 def export(
@@ -18,10 +19,20 @@ def export(
     out: Optional[str] = typer.Option(None, "-o", "--out", help="write here instead of stdout"),
     contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
 ) -> None:
-    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON."""
-    text = app.matrix.export_project(project, fmt, contexts, out)
-    if text is not None:
-        sys.stdout.write(text)
+    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON.
+
+    Every target is resolved first: one without a solution is refused (exit 1, its conflicts named), and
+    nothing is written. GitHub and GitLab jobs install envkit as [ci] envkit in the project file says,
+    and run GPU targets on [ci] gpu_runner (or the target's own runner)."""
+    outcome = app.matrix.export_project(project, fmt, contexts, out)
+    if isinstance(outcome, app.matrix.ExportUnsolved):
+        for line in outcome.lines():
+            sys.stderr.write(f"envkit: {line}\n")
+        sys.stderr.write(f"envkit: nothing exported: {len(outcome.unsolved)} target(s) without a solution "
+                         f"(envkit resolve with a target's flags shows why)\n")
+        raise typer.Exit(EXIT_NO_SOLUTION)
+    if outcome.out is None:
+        sys.stdout.write(outcome.text)
 
 
 def check(

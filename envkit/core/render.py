@@ -209,6 +209,12 @@ def check_offline(text: str) -> None:
                              "carry the artifact in the build context (envkit bundle) instead")
 
 
+# `**/*.part`: an unfinished download at any depth (a bare `*.part` matches the top level only); the
+# preflight refuses a bundle that holds one, this keeps one out of a context the preflight does not judge.
+DOCKERIGNORE = (b"# the base image tarballs, the manifest, unfinished downloads and envkit's staging stay out of the build context\n"
+                b"images/\nmanifest.json\n**/*.part\n.envkit-staging-*\n")
+
+
 def render(plan: BuildPlan, templates: Templates, command: str, lock: Mapping[str, Any]) -> dict[str, bytes]:
     """Every file of the generated build context, by relative path."""
     lock_bytes = json_bytes(lock)
@@ -218,7 +224,7 @@ def render(plan: BuildPlan, templates: Templates, command: str, lock: Mapping[st
         "envkit.lock.json": lock_bytes,
         "envkit.plan.json": json_bytes(plan.to_json()),
         "envkit/solution.json": json_bytes(plan.solution.to_json()),
-        ".dockerignore": b"# the base image tarballs and the manifest stay out of the build context\nimages/\nmanifest.json\n*.part\n",
+        ".dockerignore": DOCKERIGNORE,
         "envkit/selftest.py": templates.scripts["selftest.py"],
     }
     if plan.compiles_kernels:

@@ -1,10 +1,14 @@
-"""A project file's named targets as values."""
+"""A project file's named targets, and its [ci] settings, as values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
 from envkit.errors import InputError
+
+DISTRIBUTION = "envkit-gpu"
+"""envkit's distribution name (pyproject.toml's [project] name). The import package and the command are `envkit`;
+the name `envkit` on PyPI belongs to an unrelated project, so nothing envkit writes ever installs that."""
 
 
 @dataclass(frozen=True)
@@ -14,15 +18,43 @@ class Target:
     offline: bool
     mirror: Optional[str]
     image: str
+    runner: Optional[str] = None  # the CI runner label of this target's job ([[target]] runner)
 
     def flag_dict(self) -> dict[str, str]:
         return dict(self.flags)
 
 
 @dataclass(frozen=True)
+class EnvkitRequirement:
+    """How CI gets envkit ([ci] envkit): a wheel committed to the user's repository (`wheel`: its path as
+    written, relative to the project file), a VCS URL pinned to a tag or commit (`vcs`), or an exact
+    version of DISTRIBUTION from the user's index (`pin`). `text` is the value as written."""
+    kind: str  # wheel | vcs | pin
+    text: str
+
+
+@dataclass(frozen=True)
+class CiSettings:
+    """[ci]: what the exported workflows install, and where their jobs run. `runner` None: the CI system's
+    default (GitHub: ubuntu-latest; GitLab: no tags, so its shared runners)."""
+    envkit: Optional[EnvkitRequirement] = None
+    runner: Optional[str] = None
+    gpu_runner: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WheelInstall:
+    """A wheel for CI to install, checked at export time: its path from where the export ran (the
+    repository root) and its sha256, which the install step verifies before pip sees the file."""
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Project:
     path: str
     targets: tuple[Target, ...]
+    ci: CiSettings = CiSettings()
 
     def target(self, name: str) -> Target:
         for t in self.targets:

@@ -1,10 +1,11 @@
 """Small real HTTP servers on 127.0.0.1 for the tests: a file server that honours Range (and can
 cut a response short, to interrupt a download), a PEP 503 index built from wheel files, an apt
-pass-through mirror (what apt-cacher-ng does at an intranet site), and an event stream like an
-OpenAI-compatible server's."""
+pass-through mirror (what apt-cacher-ng does at an intranet site), and an OpenAI-compatible server
+(an event stream per completion, a model list, a health check, an API key)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import threading
@@ -125,15 +126,58 @@ def apt_mirror_handler(cache: Path):
 
 
 class EventStream(BaseHTTPRequestHandler):
-    """A quiet handler that answers every POST with a 200 event stream of `chunks` (delay in seconds, bytes)."""
+    """A quiet OpenAI-compatible server: every POST is answered with a 200 event stream of `chunks` (delay in
+    seconds, bytes), unless `failure(request)` gives a (status, body) for it; GET /v1/models lists `models`, GET
+    /health answers 200. With `api_key` set, a request without `Authorization: Bearer <api_key>` gets a 401 that
+    echoes what it was sent (as some servers do). Each request's (method, path, Authorization header, JSON body)
+    is appended to `seen`: give a subclass its own list."""
     protocol_version = "HTTP/1.0"
     chunks: list = []
+    models: list = ["tiny"]
+    api_key: str | None = None
+    seen: list = []
 
     def log_message(self, *a):
         pass
 
+    def failure(self, request: dict) -> tuple[int, bytes] | None:
+        return None
+
+    def _refused(self) -> bool:
+        got = self.headers.get("Authorization")
+        if self.api_key is None or got == f"Bearer {self.api_key}":
+            return False
+        self._send(401, f"invalid API key: {got}".encode())
+        return True
+
+    def _send(self, status: int, body: bytes, kind: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        type(self).seen.append(("GET", self.path, self.headers.get("Authorization"), None))
+        if self._refused():
+            return
+        if self.path == "/v1/models":
+            self._send(200, json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}).encode(),
+                       "application/json")
+        elif self.path == "/health":
+            self._send(200, b"")
+        else:
+            self._send(404, b"not found")
+
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(("POST", self.path, self.headers.get("Authorization"), request))
+        if self._refused():
+            return
+        fail = self.failure(request)
+        if fail:
+            self._send(*fail)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()

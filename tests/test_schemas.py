@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -323,14 +322,10 @@ class _OpenAI(EventStream):
         (0.0, b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}\n\n'), (0.0, b"data: [DONE]\n\n")]
 
 
-class _OutOfMemory(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        self.send_response(500)
-        self.end_headers()
-        self.wfile.write(b"CUDA out of memory")
+class _OutOfMemory(_OpenAI):
+    """The warm-up (2 tokens) fits; the sweep's requests run out of memory."""
+    def failure(self, request):
+        return (500, b"CUDA out of memory") if request["max_tokens"] > 2 else None
 
 
 def test_serving_sweep_document_and_its_report_file(tmp_path):

@@ -3,13 +3,14 @@
 script's own JSON document."""
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from envkit.adapters.engine import ContainerEngine, Engine
-from envkit.config.userfile import parse_file
+from envkit.app.reporter import Reporter, Silent
+from envkit.config.userfile import MAX_DATASET_BYTES, parse_file, parse_json
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import selftest as script
 from envkit.model.results import CheckResult, SelftestResult
@@ -39,11 +40,15 @@ def check_engines(req: SelftestRequest) -> None:
             raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
 
 
-def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str], dataset: Optional[str]) -> None:
-    """A serving sweep measures one server; the local self-test's options do not mix with it (nor --dataset without it)."""
+def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str], dataset: Optional[str],
+                      request_rate: float = math.inf) -> None:
+    """A serving sweep measures one server; the local self-test's options do not mix with it (nor --dataset or
+    --request-rate without it)."""
     if not urls:
         if dataset:
             raise InputError("--dataset is the serving sweep's workload", "add --engine openai:URL, or drop --dataset")
+        if request_rate != math.inf:
+            raise InputError("--request-rate paces the serving sweep's requests", "add --engine openai:URL, or drop --request-rate")
         return
     local = [flag for flag, on in (("--engine " + " ".join(req.engines), req.engines), ("--shape", req.shapes), ("--image", image),
                                    ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
@@ -65,7 +70,7 @@ def check(req: SelftestRequest) -> None:
         if not req.model:
             raise InputError("--lambada needs --model DIR (a real model with its tokenizer)", "add --model /path/to/model")
         parse_file(req.lambada, "LAMBADA file", 'give a JSONL file of {"text": "... last word"} lines (LAMBADA\'s format)',
-                   lambda text: script.read_lambada(text, 0))
+                   lambda text: script.read_lambada(text, 0), limit=MAX_DATASET_BYTES)
         if req.engines and not set(req.engines) & {"hf", "hf-static"}:
             raise InputError("--lambada runs on the hf and hf-static engines", "add --engine hf")
 
@@ -84,19 +89,19 @@ def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[st
     return args
 
 
-def run(req: SelftestRequest, image: Optional[str] = None) -> SelftestResult:
-    """Inside `image` when one is named, else here."""
-    return run_in_image(image, req) if image else run_here(req)
+def run(req: SelftestRequest, image: Optional[str] = None, reporter: Reporter = Silent()) -> SelftestResult:
+    """Inside `image` when one is named, else here; what the test does now goes to the reporter."""
+    return run_in_image(image, req, reporter=reporter) if image else run_here(req, reporter)
 
 
-def run_here(req: SelftestRequest) -> SelftestResult:
+def run_here(req: SelftestRequest, reporter: Reporter = Silent()) -> SelftestResult:
     check(req)
     with script.stdout_to_stderr():
         return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
-                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or ""))
+                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "", say=reporter.say))
 
 
-def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None) -> SelftestResult:
+def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None, reporter: Reporter = Silent()) -> SelftestResult:
     """Inside the image, network none, every GPU passed in where the engine can; on a host with NVIDIA GPUs an
     engine that could not pass them in fails the test (it ran on the CPU)."""
     check(req)
@@ -108,9 +113,10 @@ def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEng
     args = script_args(req, MODEL_IN_IMAGE if req.model else None, LAMBADA_IN_IMAGE if req.lambada else None)
     engine = engine or Engine.connect()
     engine.require_image(image)
+    reporter.say(f"running the self-test in {image} (network none)")
     rc, out, err, gpus = engine.run_with_gpus(image, ["python", SCRIPT_IN_IMAGE, *args], volumes)
     try:
-        doc = json.loads(out)
+        doc = parse_json(out, "the self-test's output in", image)  # the image is the user's: its output is read as a user file
         doc["gpus_passed"] = gpus
         result = SelftestResult.from_json(doc)
     except (ValueError, TypeError):

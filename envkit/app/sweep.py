@@ -5,72 +5,160 @@
 - TPOT: per request, (latency - TTFT) / (output tokens - 1); ITL: gaps between streamed chunks.
 - request and token throughput: completed requests and tokens over the wall time of the level.
 
-The requests go through adapters/openai_http.py (http.client, threads here); a failed request (HTTP error,
-connection drop, out of memory on the server) is a counted failure, never a crash.
+Before the first level, as `vllm bench serve` does: a readiness wait (GET /v1/models, else /health, until the
+server answers or --ready-timeout passes: one line and exit 4 when it never does), the model from /v1/models
+when --model is not given, and one warm-up request whose failure stops the sweep with its reason. Requests are
+sent all at once, or at --request-rate per second as a seeded Poisson process; the concurrency caps how many are
+in flight. An API key (--api-key, OPENAI_API_KEY) goes in `Authorization: Bearer` and nowhere else.
+
+The requests go through adapters/openai_http.py (http.client, threads here); a failed request of a level (HTTP
+error, connection drop, out of memory on the server) is a counted failure, never a crash.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
+from envkit.adapters import openai_http
 from envkit.adapters.openai_http import one_request
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import parse_file
-from envkit.core.sweep import parse_dataset, random_requests, summarize
-from envkit.errors import InputError
+from envkit.core.sweep import RequestResult, arrival_offsets, parse_dataset, random_requests, summarize
+from envkit.errors import ExternalError, InputError
 from envkit.model.results import LevelResult, SweepResult
 
+Prompt = Union[str, list[int]]
+NOT_READY = (502, 503, 504)  # a proxy before a server still loading, or the server itself loading
+SAY_EVERY_S = 10.0
 
-def run_level(url: str, model: str, requests: Sequence[tuple[Union[str, list[int]], int]], concurrency: int,
-              progress: Optional[Callable[[int, int], None]] = None) -> dict:
+
+def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], concurrency: int,
+              progress: Optional[Callable[[int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
+              api_key: Optional[str] = None) -> dict:
+    """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second."""
     done = [0]
     lock = threading.Lock()
 
-    def task(req):
-        r = one_request(url, model, *req)
+    def task(req: tuple[Prompt, int]) -> RequestResult:
+        r = one_request(url, model, *req, api_key=api_key)
         with lock:
             done[0] += 1
             if progress:
                 progress(done[0], len(requests))
         return r
 
+    offsets = arrival_offsets(len(requests), request_rate, seed)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(task, requests))
+        futures = []
+        for req, at in zip(requests, offsets):
+            wait = start + at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            futures.append(pool.submit(task, req))
+        results = [f.result() for f in futures]
     wall = time.perf_counter() - start
     return summarize(results, wall, concurrency)
 
 
-def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Union[str, list[int]], int]],
-          progress: Optional[Callable[[int, int, int], None]] = None) -> list:
+def wait_ready(url: str, timeout: float, api_key: Optional[str] = None, reporter: Reporter = Silent()) -> list[str]:
+    """Poll GET /v1/models (or /health where a server has no model list) until the server answers, at most `timeout`
+    seconds; the model ids it lists (empty where it lists none). ExternalError, one line, when it never answers or
+    refuses the key."""
+    deadline = time.monotonic() + timeout
+    said_at: Optional[float] = None
+    while True:
+        left = deadline - time.monotonic()
+        ans = openai_http.get(url, "/v1/models", api_key, timeout=max(0.5, min(5.0, left)))
+        if ans.status == 200:
+            return openai_http.model_ids(ans.doc)
+        if ans.status in (401, 403):
+            raise ExternalError(f"the server at {url} refused the request: {_one_line(ans.error)}",
+                                "check --api-key (or OPENAI_API_KEY)" if api_key else "give the server's key with --api-key or OPENAI_API_KEY")
+        if ans.status is not None and ans.status not in NOT_READY:  # it answers, but has no model list: is it healthy?
+            health = openai_http.get(url, "/health", api_key, timeout=max(0.5, min(5.0, left)))
+            if health.status is not None and health.status not in NOT_READY:
+                return []
+            ans = health
+        reason = _one_line(ans.error)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ExternalError(f"server at {url} did not answer within {timeout:g} s: {reason}", "start it / check the URL")
+        now = time.monotonic()
+        if said_at is None:
+            reporter.say(f"waiting up to {timeout:g} s for the server at {url} to answer ({reason})")
+            said_at = now
+        elif now - said_at >= SAY_EVERY_S:
+            reporter.say(f"still waiting for {url}: {reason}; {left:.0f} s left")
+            said_at = now
+        time.sleep(min(1.0, left))
+
+
+def choose_model(asked: Optional[str], served: list[str], url: str, reporter: Reporter = Silent()) -> str:
+    """--model when given; else the server's first (or only) model, saying which when it serves several."""
+    if asked:
+        return asked
+    if not served:
+        raise InputError(f"the server at {url} lists no model at /v1/models", "give the served model's name with --model NAME")
+    if len(served) > 1:
+        reporter.say(f"the server serves {len(served)} models ({', '.join(served)}); sweeping the first, {served[0]} "
+                     "(--model chooses another)")
+    return served[0]
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Optional[str] = None) -> None:
+    """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike)."""
+    r = one_request(url, model, prompt, 2, api_key=api_key)
+    if r.ok:
+        return
+    fix = (f"the server serves {', '.join(served)}: give one of them with --model" if served and model not in served
+           else "check the server's log; every request of the sweep would fail the same way")
+    raise ExternalError(f"the warm-up request to {url} (model {model}) failed: {_one_line(r.error)}", fix)
+
+
+def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Prompt, int]],
+          progress: Optional[Callable[[int, int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
+          api_key: Optional[str] = None, served: Sequence[str] = ()) -> list:
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
-    one_request(url, model, requests[0][0], 2)  # warm-up, not counted
+    warm_up(url, model, requests[0][0], list(served), api_key)
 
     def at(level: int) -> Optional[Callable[[int, int], None]]:
         return None if progress is None else (lambda done, total: progress(level, done, total))
 
-    return [run_level(url, model, requests, c, at(c)) for c in concurrency]
+    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key) for c in concurrency]
 
 
 @dataclass(frozen=True)
 class SweepRequest:
     engine_url: str  # openai:http://HOST:PORT
-    model: str = "default"
+    model: Optional[str] = None  # None: the server's first model (GET /v1/models)
     concurrency: str = "1,4,8,16"
     num_prompts: int = 64
     input_len: int = 128
     output_len: int = 128
     dataset: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)  # never shown, never written
+    request_rate: float = math.inf  # requests per second; inf: all at once
+    ready_timeout: float = 60.0  # seconds the server may take to answer
+    seed: int = 0  # of the random workload and the arrival times
 
     @classmethod
     def asked(cls, engine_url: str, model: Optional[str], concurrency: str, num_prompts: int, input_len: Optional[int],
-              output_len: Optional[int], dataset: Optional[str]) -> "SweepRequest":
+              output_len: Optional[int], dataset: Optional[str], api_key: Optional[str] = None, request_rate: Optional[float] = None,
+              ready_timeout: Optional[float] = None) -> "SweepRequest":
         """From a command's options, where what was not given is None."""
-        return cls(engine_url, model or cls.model, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
-                   dataset)
+        return cls(engine_url, model or None, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
+                   dataset, api_key or None, cls.request_rate if request_rate is None else request_rate,
+                   cls.ready_timeout if ready_timeout is None else ready_timeout)
 
 
 def _levels(concurrency: str) -> list[int]:
@@ -83,19 +171,32 @@ def _levels(concurrency: str) -> list[int]:
     return levels
 
 
-def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResult:
-    """One row per concurrency level; ok when no request failed."""
+def check(req: SweepRequest) -> list[int]:
+    """The request's own faults, before any network: the URL, the levels, the rate, the timeout. The levels."""
     if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
         raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
-    levels_asked = _levels(req.concurrency)
-    requests: Sequence[tuple[Union[str, list[int]], int]]  # (prompt text or token ids, output length)
+    if not req.request_rate > 0:  # NaN too
+        raise InputError(f"--request-rate {req.request_rate:g} is not a positive number of requests per second",
+                         "write --request-rate 4, or inf to send every request at once")
+    if not 0 <= req.ready_timeout < math.inf:
+        raise InputError(f"--ready-timeout {req.ready_timeout:g} is not a number of seconds", "write --ready-timeout 60")
+    return _levels(req.concurrency)
+
+
+def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResult:
+    """One row per concurrency level; ok when no request failed."""
+    levels_asked = check(req)
+    requests: Sequence[tuple[Prompt, int]]  # (prompt text or token ids, output length)
     if req.dataset:
         requests = parse_file(req.dataset, "dataset",
                               'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)',
                               lambda text: parse_dataset(text, req.num_prompts, req.output_len))
     else:
-        requests = random_requests(req.num_prompts, req.input_len, req.output_len)
+        requests = random_requests(req.num_prompts, req.input_len, req.output_len, seed=req.seed)
     url = req.engine_url[len("openai:"):]
-    levels = sweep(url, req.model, levels_asked, requests, progress=reporter.requests_done)
-    return SweepResult(url, req.model, req.dataset, None if req.dataset else req.input_len, req.output_len,
-                       tuple(LevelResult.from_json(lv) for lv in levels))
+    served = wait_ready(url, req.ready_timeout, req.api_key, reporter)
+    model = choose_model(req.model, served, url, reporter)
+    levels = sweep(url, model, levels_asked, requests, progress=reporter.requests_done, request_rate=req.request_rate, seed=req.seed,
+                   api_key=req.api_key, served=served)
+    return SweepResult(url, model, req.dataset, None if req.dataset else req.input_len, req.output_len,
+                       tuple(LevelResult.from_json(lv) for lv in levels), req.request_rate)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -30,7 +31,7 @@ def selftest(
     quick: bool = typer.Option(False, "--quick", help="the checks and a short decode: a verdict within a minute"),
     engines: list[str] = typer.Option([], "--engine", help=f"{', '.join(ENGINES)} (decode engines; repeat) or openai:URL (the serving sweep)"),
     shapes: list[str] = typer.Option([], "--shape", help=f"decode a random-weight model of this shape: {', '.join(SHAPES)} (repeat)"),
-    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name"),
+    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from /v1/models)"),
     parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with a float32 eager-attention reference"),
     lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per HF engine"),
     peak_gbs: Optional[float] = typer.Option(None, "--peak-gbs", min=0.0, help="the GPU's HBM peak in GB/s, where no image solution says it"),
@@ -39,6 +40,12 @@ def selftest(
     input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="prompt tokens (default 128; decode, and the sweep's random workload)"),
     output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="tokens generated per request (default 128; --quick 32)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
+    request_rate: float = typer.Option(math.inf, "--request-rate", help="the sweep's requests per second, sent as a Poisson process "
+                                       "(seeded); inf sends them all at once. The concurrency still caps those in flight"),
+    ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds to wait for the server to answer "
+                                        "GET /v1/models (or /health) before the sweep; then one line and exit 4"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
+                                          help="the server's API key, sent as Authorization: Bearer; never printed or written"),
     as_json: bool = opt.as_json("print the self-test's JSON document"),
     report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
     junit_path: Optional[str] = opt.junit("also write the checks as JUnit XML"),
@@ -51,11 +58,14 @@ def selftest(
     app.selftest.check_engines(req)
     if report:
         ui.report_dir.ready(report)
-    app.selftest.check_sweep_alone(urls, req, image, dataset)
+    if junit_path:
+        ui.junit.prepare(junit_path)
+    app.selftest.check_sweep_alone(urls, req, image, dataset, request_rate)
     if urls:
-        return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset),
-                      as_json, report, junit_path)
-    result = app.selftest.run(req, image)
+        return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset,
+                                                   api_key, request_rate, ready_timeout), as_json, report, junit_path)
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+        result = app.selftest.run(req, image, reporter)
     doc = result.to_json()
     if report:
         ui.report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
@@ -73,6 +83,8 @@ def doctor(
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
+    if junit_path:
+        ui.junit.prepare(junit_path)
     d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
     finish(d, as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), image), junit_path,
            f"envkit doctor{' --image ' + image if image else ''}", lambda: ui.junit.doctor_cases(list(d.findings)))
@@ -85,6 +97,8 @@ def inspect(
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """What an image holds (its solution label), and doctor's checks for it on this host."""
+    if junit_path:
+        ui.junit.prepare(junit_path)
     i = app.inspect.inspect(image, matrix_path)
     finish(i, as_json, lambda i: ui.report.print_inspected(i), junit_path, f"envkit inspect {image}",
            lambda: ui.junit.doctor_cases(list(i.findings)))

@@ -1,6 +1,8 @@
-"""The serving sweep's pure parts: workloads (random or a dataset) and the summary of one level's requests."""
+"""The serving sweep's pure parts: workloads (random or a dataset), Poisson arrival times, and the summary of one
+level's requests."""
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -20,13 +22,28 @@ class RequestResult:
     error: str = ""
 
 
-def _percentile(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: int) -> float:
+    """The q-th percentile (1..99) with linear interpolation between the closest ranks (numpy's default, vLLM's):
+    statistics.quantiles(method="inclusive"). 0.0 for no values."""
     if not xs:
         return 0.0
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    if len(xs) == 1:  # quantiles() wants two points before Python 3.13
+        return float(xs[0])
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1]
+
+
+def arrival_offsets(n: int, rate: float, seed: int = 0) -> list[float]:
+    """Seconds from the start of a level at which each of n requests is sent: all at 0 for an infinite rate, else a
+    Poisson process of `rate` requests per second (exponential gaps, seeded), as `vllm bench serve --request-rate`."""
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for i in range(n):
+        if i:
+            t += rng.expovariate(rate)
+        offsets.append(t)
+    return offsets
 
 
 def random_requests(n: int, input_len: int, output_len: int, vocab: int = 1000, seed: int = 0) -> list[tuple[list[int], int]]:
@@ -69,9 +86,9 @@ def summarize(results: list[RequestResult], wall: float, concurrency: int) -> di
         "input_throughput": round(in_tokens / wall, 2) if wall else 0.0,
         "output_throughput": round(out_tokens / wall, 2) if wall else 0.0,
         "mean_ttft_ms": round(statistics.fmean(ttft), 2) if ttft else None,
-        "p99_ttft_ms": round(_percentile(ttft, 99), 2) if ttft else None,
+        "p99_ttft_ms": round(percentile(ttft, 99), 2) if ttft else None,
         "mean_tpot_ms": round(statistics.fmean(tpot), 2) if tpot else None,
-        "p99_tpot_ms": round(_percentile(tpot, 99), 2) if tpot else None,
+        "p99_tpot_ms": round(percentile(tpot, 99), 2) if tpot else None,
         "mean_itl_ms": round(statistics.fmean(itl), 2) if itl else None,
         "mean_latency_ms": round(statistics.fmean(lat), 2) if lat else None,
     }

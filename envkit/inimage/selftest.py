@@ -6,10 +6,12 @@ transformers where a model runs and vllm for its engine.
     python /opt/envkit/selftest.py --model DIR --engine hf --engine vllm --lambada lambada_test.jsonl --json
 
 Checks torch and the GPU: arch, memory bandwidth against the HBM peak, flash-attn and the csrc kernels when
-installed, NCCL across GPUs. Then it decodes at batch 1: a tiny built-in decoder always, and with --shape or --model a
-transformers model per engine (tokens/s, TTFT, TPOT, % of roofline). It can also check logits parity against a
-float32 eager reference and LAMBADA last-word accuracy. Exit 0 when every check passes, 1 otherwise, 2 for bad
-arguments. With --json, stdout carries one JSON document and nothing else.
+installed, NCCL across GPUs. Then it decodes at batch 1: the built-in torch decoder always (a smoke test that
+needs no transformers: 4 layers, no KV cache, not the "tiny" shape), and with --shape or --model a transformers model
+per engine (tokens/s, TTFT, TPOT, % of roofline). Every tokens/s here has one definition, 1/TPOT: tokens per second
+after the first token (TTFT is reported apart). It can also check logits parity against a float32 eager reference
+and LAMBADA last-word accuracy. Exit 0 when every check passes, 1 otherwise, 2 for bad arguments. With --json,
+stdout carries one JSON document and nothing else; progress lines go to stderr.
 """
 from __future__ import annotations
 
@@ -22,6 +24,14 @@ import sys
 import time
 import warnings
 
+BUILTIN_DECODER = "built-in torch decoder, no KV cache (4 layers, hidden 256, vocab 1024)"
+BUILTIN_POSITIONS = 4096
+METRIC = "1/TPOT"  # what every tokens_per_s of the document is: tokens per second after the first
+
+
+def _quiet(message: str) -> None:
+    pass
+
 
 def _tiny_decoder(torch, vocab: int, hidden: int, layers: int, heads: int, device: str):
     nn = torch.nn
@@ -30,7 +40,7 @@ def _tiny_decoder(torch, vocab: int, hidden: int, layers: int, heads: int, devic
         def __init__(self) -> None:
             super().__init__()
             self.embed = nn.Embedding(vocab, hidden)
-            self.pos = nn.Embedding(4096, hidden)
+            self.pos = nn.Embedding(BUILTIN_POSITIONS, hidden)
             layer = nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, dropout=0.0, batch_first=True, norm_first=True)
             self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.head = nn.Linear(hidden, vocab, bias=False)
@@ -46,6 +56,9 @@ def _tiny_decoder(torch, vocab: int, hidden: int, layers: int, heads: int, devic
 
 
 def decode(torch, device: str, prompt_len: int, new_tokens: int) -> dict:
+    """Batch-1 greedy decode of the built-in decoder (every step recomputes the whole sequence: no KV cache). Its
+    tokens/s is 1/TPOT like the transformers rows', but of another, smaller model: the two are not comparable."""
+    prompt_len = max(1, min(prompt_len, BUILTIN_POSITIONS - new_tokens))
     model = _tiny_decoder(torch, vocab=1024, hidden=256, layers=4, heads=4, device=device)
     ids = torch.randint(0, 1024, (1, prompt_len), device=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -62,9 +75,9 @@ def decode(torch, device: str, prompt_len: int, new_tokens: int) -> dict:
                 first = time.perf_counter() - start
         sync()
         total = time.perf_counter() - start
-    return {"model": "tiny-random (4 layers, hidden 256, vocab 1024)", "prompt_len": prompt_len, "new_tokens": new_tokens,
-            "tokens_per_s": round(new_tokens / total, 2), "ttft_ms": round(first * 1e3, 2),
-            "tpot_ms": round((total - first) / max(1, new_tokens - 1) * 1e3, 2)}
+    tpot = max(total - first, 1e-9) / max(1, new_tokens - 1)
+    return {"model": BUILTIN_DECODER, "prompt_len": prompt_len, "new_tokens": new_tokens, "metric": METRIC,
+            "tokens_per_s": round(1 / tpot, 2), "ttft_ms": round(first * 1e3, 2), "tpot_ms": round(tpot * 1e3, 2)}
 
 
 # Decoder shapes of the seeds' models, built from config with random weights (no downloads). Qwen's
@@ -152,6 +165,7 @@ def check_kernels(torch) -> list:
     except ImportError:
         rotary_emb = None
     if rotary_emb is not None:
+        t0 = time.perf_counter()
         b, s, h, d = 8, 4096, 32, 128
         ang = torch.outer(torch.arange(s, device="cuda", dtype=torch.float32),
                           1.0 / (10000 ** (torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d)))
@@ -162,18 +176,25 @@ def check_kernels(torch) -> list:
         x1, x2, c, sn = x[..., :d // 2].float(), x[..., d // 2:].float(), cos.float()[:, None], sin.float()[:, None]
         ref = torch.cat([x1 * c - x2 * sn, x1 * sn + x2 * c], -1)
         err = float((o.float() - ref).abs().max())
-        out.append({"name": "csrc rotary_emb vs float32", "ok": err < 0.1, "detail": f"max abs error {err:.4f} (bf16)"})
+        out.append(_timed({"name": "csrc rotary_emb vs float32", "ok": err < 0.1, "detail": f"max abs error {err:.4f} (bf16)"}, t0))
     try:
         import dropout_layer_norm
     except ImportError:
         dropout_layer_norm = None
     if dropout_layer_norm is not None:
+        t0 = time.perf_counter()
         x = torch.randn(4096, 4096, device="cuda", dtype=torch.float32)
         g, bta = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
         z = dropout_layer_norm.dropout_add_ln_fwd(x, None, g, bta, None, None, None, None, 0.0, 1e-5, 1.0, 0, None, False, False)[0]
         err = float((z - torch.nn.functional.layer_norm(x, (4096,), g, bta, 1e-5)).abs().max())
-        out.append({"name": "csrc dropout_layer_norm vs float32", "ok": err < 1e-3, "detail": f"max abs error {err:.2e} (fp32)"})
+        out.append(_timed({"name": "csrc dropout_layer_norm vs float32", "ok": err < 1e-3, "detail": f"max abs error {err:.2e} (fp32)"}, t0))
     return out
+
+
+def _timed(check: dict, since: float) -> dict:
+    """The check with the seconds it took since `since` (a time.perf_counter() reading), unless it has them."""
+    check.setdefault("seconds", round(time.perf_counter() - since, 3))
+    return check
 
 
 def _sync(torch, device: str) -> None:
@@ -231,7 +252,7 @@ def decode_hf(torch, model, tok, ids, engine: str, new_tokens: int, device: str)
         _sync(torch, device)
         t1 = time.perf_counter() - t0
     tpot = max(tn - t1, 1e-9) / (new_tokens - 1)
-    res = {"tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2),
+    res = {"metric": METRIC, "tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2),
            "first_call_s": round(t_warm, 1), "attention": model.config._attn_implementation}
     if tok is not None:
         chars = len(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
@@ -319,7 +340,7 @@ def decode_vllm(torch, weights_dir: str, ids, new_tokens: int, device: str, dtyp
         _free(torch, device)
     tpot = max(tn - t1, 1e-9) / (new_tokens - 1)
     steps = [(tid, lp[tid].logprob) for tid, lp in zip(out.token_ids, out.logprobs)]
-    return {"tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2)}, steps
+    return {"metric": METRIC, "tokens_per_s": round(1 / tpot, 1), "ttft_ms": round(t1 * 1e3, 1), "tpot_ms": round(tpot * 1e3, 2)}, steps
 
 
 def parity_vllm(torch, model, ids, steps: list) -> dict:
@@ -415,18 +436,21 @@ def weight_bytes_per_token(model) -> int:
     return total
 
 
-def failed_check(name: str, exc: BaseException, limit: int | None = 300) -> dict:
-    """A check that failed because its code raised: the exception named, its message cut at `limit` characters."""
-    return {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:limit]}"}
+def failed_check(name: str, exc: BaseException, limit: int | None = 300, since: float | None = None) -> dict:
+    """A check that failed because its code raised: the exception named, its message cut at `limit` characters
+    (with the seconds since `since`, a time.perf_counter() reading, when given)."""
+    check = {"name": name, "ok": False, "detail": f"{type(exc).__name__}: {str(exc)[:limit]}"}
+    return check if since is None else _timed(check, since)
 
 
 def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: int, new_tokens: int, peak_gbs: float,
-                   parity: bool, lambada_texts: tuple = ()) -> tuple:
-    """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows)."""
+                   parity: bool, lambada_texts: tuple = (), say=_quiet) -> tuple:
+    """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows); progress to `say`."""
     import tempfile
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     dtype_name = str(dtype).split(".")[-1]
+    say(f"building the {target} shape (random weights, {dtype_name})" if target in SHAPES else f"loading {target} ({dtype_name})")
     model, tok, weights_dir = load_target(torch, target, device, dtype)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     roofline = peak_gbs * 1e9 / weight_bytes_per_token(model) if peak_gbs else None
@@ -436,6 +460,8 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
     scratch = None
     for engine in engines:
         name = f"{target} {engine}"
+        say(f"decoding {name}: {prompt_len} prompt tokens, {new_tokens} new" + (", then logits parity" if parity else ""))
+        t0 = time.perf_counter()
         try:
             if engine == "vllm":
                 if weights_dir is None:  # a shape: vLLM loads weights from disk
@@ -447,33 +473,36 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
                     res, steps = decode_vllm(torch, weights_dir, ids.cpu(), new_tokens, device, dtype_name)
                 finally:
                     model.to(device)
+                t0 = time.perf_counter()
                 par = parity_vllm(torch, model, ids, steps) if parity else None
             else:
                 res = decode_hf(torch, model, tok, ids, engine, new_tokens, device)
+                t0 = time.perf_counter()
                 par = parity_hf(torch, model, ids, engine, min(16, new_tokens)) if parity else None
         except Exception as exc:
-            checks.append(failed_check(f"decode {name}", exc))
+            checks.append(failed_check(f"decode {name}", exc, since=t0))
             continue
         row = {"shape": target, "engine": engine, "device": device, "dtype": dtype_name, "weights_gb": round(nbytes / 1e9, 3),
                "prompt_len": prompt_len, "new_tokens": new_tokens, **res,
                "roofline_tokens_per_s": round(roofline, 1) if roofline else None,
                "pct_of_roofline": round(100 * res["tokens_per_s"] / roofline, 1) if roofline else None}
         rows.append(row)
-        sys.stderr.write("selftest: " + json.dumps(row) + "\n")
-        sys.stderr.flush()
+        say(f"{name}: {row['tokens_per_s']} tokens/s ({METRIC}), TTFT {row['ttft_ms']} ms")
         if par:
-            checks.append({"name": f"logits parity {name}", **par,
+            checks.append(_timed({"name": f"logits parity {name}", **par,
                            "detail": f"{par['what']} vs float32 eager: max abs error {par['max_abs_err']:.3g} (eager attention at {dtype_name}: "
                                      f"{par['eager_max_abs_err']:.3g}; pass <= {par['allowed_abs_err']:.3g}); top-1 agreement "
-                                     f"{par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) over {par['steps']} steps"})
+                                     f"{par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) over {par['steps']} steps"}, t0))
         if lambada_texts and engine != "vllm" and target not in SHAPES:  # random-weight shapes have no words to score
             if tok is None:
                 checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs the model directory's tokenizer"})
                 continue
+            say(f"LAMBADA {name}: {len(lambada_texts)} texts")
+            t0 = time.perf_counter()
             try:
                 accuracy.append({"model": target, **lambada(torch, model, tok, list(lambada_texts), engine, device)})
             except Exception as exc:
-                checks.append(failed_check(f"lambada {name}", exc))
+                checks.append(failed_check(f"lambada {name}", exc, since=t0))
     del model
     _free(torch, device)
     if scratch:
@@ -547,34 +576,42 @@ def arch_runs(cc: tuple, archs: list) -> bool:
 
 
 def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: float = 0.0, models: tuple = (), parity: bool = False,
-        input_len: int = 128, output_len: int = 0, lambada_path: str = "", lambada_limit: int = 500) -> dict:
+        input_len: int = 128, output_len: int = 0, lambada_path: str = "", lambada_limit: int = 500, say=_quiet) -> dict:
+    """The self-test's document; what it does now goes to `say` (one line a step), never to stdout."""
     doc: dict = {"schema": 1, "python": platform.python_version(), "checks": [], "decode": None, "models": [], "lambada": []}
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    say("importing torch")
+    t0 = time.perf_counter()
     try:
         import torch
     except Exception as exc:  # an image without torch is the finding, not a crash
-        doc["checks"].append(failed_check("torch imports", exc, limit=None))
+        doc["checks"].append(failed_check("torch imports", exc, limit=None, since=t0))
         doc["ok"] = False
         return doc
     doc["torch"] = torch.__version__
-    doc["checks"].append({"name": "torch imports", "ok": True, "detail": torch.__version__})
+    doc["checks"].append(_timed({"name": "torch imports", "ok": True, "detail": torch.__version__}, t0))
     device = "cpu"
     if torch.cuda.is_available():
         device = "cuda"
+        t0 = time.perf_counter()
         cc = torch.cuda.get_device_capability(0)
         arch = f"sm_{cc[0]}{cc[1]}"
         archs = torch.cuda.get_arch_list()
         ok = arch_runs(cc, archs)
-        doc["checks"].append({"name": "GPU arch in torch's build", "ok": ok, "detail": f"{torch.cuda.get_device_name(0)} {arch}; torch has {' '.join(archs)}"})
+        doc["checks"].append(_timed({"name": "GPU arch in torch's build", "ok": ok,
+                                     "detail": f"{torch.cuda.get_device_name(0)} {arch}; torch has {' '.join(archs)}"}, t0))
     doc["device"] = device
     peak = peak_gbs or peak_bandwidth_gbs()
     if device == "cuda":
-        for check in (lambda: [check_bandwidth(torch, peak)], lambda: [c for c in [check_flash_attn(torch)] if c], lambda: check_kernels(torch),
-                      lambda: [c for c in [check_nccl(torch)] if c]):
+        for what, check in (("memory bandwidth", lambda: [check_bandwidth(torch, peak)]),
+                            ("flash-attn", lambda: [c for c in [check_flash_attn(torch)] if c]),
+                            ("the csrc kernels", lambda: check_kernels(torch)), ("NCCL", lambda: [c for c in [check_nccl(torch)] if c])):
+            say(f"checking {what}")
+            t0 = time.perf_counter()
             try:
-                doc["checks"].extend(check())
+                doc["checks"].extend(_timed(c, t0) for c in check())
             except Exception as exc:
-                doc["checks"].append(failed_check("GPU check", exc, limit=200))
+                doc["checks"].append(failed_check("GPU check", exc, limit=200, since=t0))
     new_tokens = output_len or (32 if quick else 128)
     texts: tuple = ()
     if lambada_path:
@@ -585,18 +622,21 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
             doc["checks"].append({"name": "lambada file", "ok": False, "detail": f"{lambada_path}: {exc}"})
     for target in (*shapes, *models):
         try:
-            rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, texts)
+            rows, checks, acc = measure_target(torch, target, engines, device, input_len, new_tokens, peak, parity, texts, say)
         except Exception as exc:  # the model itself could not be built or loaded
             rows, checks, acc = [], [failed_check(f"load {target}", exc)], []
         doc["models"] += rows
         doc["checks"] += checks
         doc["lambada"] += acc
+    say(f"decoding with the {BUILTIN_DECODER}")
+    t0 = time.perf_counter()
     try:
-        doc["decode"] = decode(torch, device, prompt_len=16, new_tokens=32 if quick else 128)
-        ok = doc["decode"]["tokens_per_s"] > 0
-        doc["checks"].append({"name": "decode", "ok": ok, "detail": f"{doc['decode']['tokens_per_s']} tokens/s on {device}"})
+        doc["decode"] = d = decode(torch, device, prompt_len=input_len, new_tokens=32 if quick else 128)
+        doc["checks"].append(_timed({"name": "decode (built-in decoder)", "ok": d["tokens_per_s"] > 0,
+                                     "detail": f"{d['tokens_per_s']} tokens/s ({METRIC}) on {device}: the {BUILTIN_DECODER}, "
+                                               "not a --shape model"}, t0))
     except Exception as exc:
-        doc["checks"].append(failed_check("decode", exc, limit=None))
+        doc["checks"].append(failed_check("decode (built-in decoder)", exc, limit=None, since=t0))
     doc["ok"] = all(c["ok"] for c in doc["checks"])
     return doc
 
@@ -642,9 +682,13 @@ def main(argv=None) -> int:
             p.error(f"--lambada {a.lambada}: {exc}")
         if not set(a.engine or ["hf"]) & {"hf", "hf-static"}:
             p.error("--lambada runs on the hf and hf-static engines: add --engine hf")
+    def say(message: str) -> None:
+        sys.stderr.write(f"selftest: {message}\n")
+        sys.stderr.flush()
+
     with stdout_to_stderr():
         doc = run(a.quick, tuple(a.shape), tuple(a.engine) or ("hf",), a.peak_gbs, tuple(a.model), a.parity, a.input_len, a.output_len,
-                  a.lambada, a.lambada_limit)
+                  a.lambada, a.lambada_limit, say)
     if a.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
@@ -652,7 +696,7 @@ def main(argv=None) -> int:
             sys.stdout.write(f"{'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}\n")
         for mdl in doc["models"]:
             roof = f", {mdl['pct_of_roofline']}% of {mdl['roofline_tokens_per_s']} tok/s roofline" if mdl["roofline_tokens_per_s"] else ""
-            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s, TTFT {mdl['ttft_ms']} ms{roof}\n")
+            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s ({METRIC}), TTFT {mdl['ttft_ms']} ms{roof}\n")
         for acc in doc["lambada"]:
             sys.stdout.write(f"     LAMBADA {acc['model']} {acc['engine']}: {acc['accuracy']:.1%} of {acc['examples']} in {acc['seconds']} s\n")
     return 0 if doc["ok"] else 1

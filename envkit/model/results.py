@@ -3,6 +3,7 @@ image) and the serving sweep's. Each reads its JSON document through from_json, 
 with a document of another shape, and writes the same document back through to_json."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
@@ -88,6 +89,7 @@ class SweepResult:
     input_len: Optional[int]
     output_len: int
     levels: tuple[LevelResult, ...]
+    request_rate: Optional[float] = None  # requests per second, inf: all at once; None: not recorded (documents before it was)
 
     @property
     def ok(self) -> bool:
@@ -96,9 +98,15 @@ class SweepResult:
     @classmethod
     def from_json(cls, doc: Any) -> "SweepResult":
         d = _need(doc, "a sweep result", "schema", "engine", "model", "levels", "output_len")
+        rate = d.get("request_rate")
+        if rate is not None and not (rate == "inf" or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)):
+            raise ValueError('a sweep result\'s request_rate is a positive number or "inf"')
         return cls(d["engine"], d["model"], d.get("dataset"), d.get("input_len"), d["output_len"],
-                   tuple(LevelResult.from_json(lv) for lv in d["levels"]))
+                   tuple(LevelResult.from_json(lv) for lv in d["levels"]), None if rate is None else float(rate))
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": 1, "engine": self.engine, "model": self.model, "dataset": self.dataset, "input_len": self.input_len,
-                "output_len": self.output_len, "levels": [lv.to_json() for lv in self.levels], "ok": self.ok}
+        doc = {"schema": 1, "engine": self.engine, "model": self.model, "dataset": self.dataset, "input_len": self.input_len,
+               "output_len": self.output_len, "levels": [lv.to_json() for lv in self.levels], "ok": self.ok}
+        if self.request_rate is not None:  # JSON has no infinity: "inf", as vllm bench serve writes it
+            doc["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        return doc

@@ -1,10 +1,17 @@
-"""JUnit XML for CI systems: one test case per check, failures carry the message and the fix."""
+"""JUnit XML for CI systems: one test case per check, failures carry the message and the fix; each case's time
+where the run measured it, the suite's timestamp and hostname. The path is made ready (parents created, proven
+writable) by `prepare` before the run, as a --report directory is, and the file is written whole."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 from xml.etree import ElementTree as ET
 
 from envkit.core.judge import quiet_groups
@@ -23,10 +30,39 @@ class Case:
     seconds: float = 0.0
 
 
-def to_xml(suite: str, cases: list[Case]) -> bytes:
+_STARTED: dict[str, tuple[datetime, float]] = {}  # path -> when prepare() saw it: the suite's timestamp and time
+
+
+def _problem(path: str, exc: OSError) -> InputError:
+    return InputError(f"cannot write JUnit file {path}: {exc.strerror or exc}", "give a writable --junit path")
+
+
+def prepare(path: str) -> Path:
+    """Before a run: create the file's parent directories and prove the file can be written there (an existing
+    directory at the path, or a read-only place, fails now, not after the run); notes the run's start."""
+    out = Path(path)
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = out.parent / f".{out.name}.envkit-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise _problem(path, exc) from None
+    _STARTED[path] = (datetime.now(timezone.utc), time.monotonic())
+    return out
+
+
+def to_xml(suite: str, cases: list[Case], timestamp: Optional[datetime] = None, seconds: Optional[float] = None,
+           hostname: Optional[str] = None) -> bytes:
+    """The suite's time is `seconds` (the whole run) when known, else the sum of its cases'."""
     root = ET.Element("testsuites")
+    stamp = (timestamp or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(tzinfo=None, microsecond=0)
+    total = seconds if seconds is not None else sum(c.seconds for c in cases)
     s = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(sum(not c.ok for c in cases)),
-                      errors="0", skipped="0", time=f"{sum(c.seconds for c in cases):.3f}")
+                      errors="0", skipped="0", time=f"{total:.3f}", timestamp=stamp.isoformat(),
+                      hostname=hostname or socket.gethostname() or "localhost")
     for c in cases:
         tc = ET.SubElement(s, "testcase", name=c.name, classname=c.classname, time=f"{c.seconds:.3f}")
         if not c.ok:
@@ -40,19 +76,36 @@ def to_xml(suite: str, cases: list[Case]) -> bytes:
 
 
 def write(path: str, suite: str, cases: list[Case]) -> None:
+    """The file whole (a .part renamed over it); the suite stamped with the start prepare() noted, else now."""
+    started = _STARTED.pop(path, None)
+    xml = to_xml(suite, cases, started[0] if started else None, time.monotonic() - started[1] if started else None)
+    out = Path(path)
+    part = out.parent / f".{out.name}.part"
     try:
-        Path(path).write_bytes(to_xml(suite, cases))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        part.write_bytes(xml)
+        os.replace(part, out)
     except OSError as exc:
-        raise InputError(f"cannot write JUnit file {path}: {exc.strerror}", "give a writable --junit path") from None
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        raise _problem(path, exc) from None
+
+
+def _seconds(doc: dict[str, Any], key: str) -> float:
+    v = doc.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0.0
 
 
 def selftest_cases(doc: dict[str, Any]) -> list[Case]:
-    return [Case(c["name"], "envkit.selftest", bool(c["ok"]), "" if c["ok"] else c["detail"], c["detail"]) for c in doc.get("checks", [])]
+    """Each check is a case, with the seconds it took (documents from before they were measured: 0)."""
+    return [Case(c["name"], "envkit.selftest", bool(c["ok"]), "" if c["ok"] else c["detail"], c["detail"], _seconds(c, "seconds"))
+            for c in doc.get("checks", [])]
 
 
 def sweep_cases(doc: dict[str, Any]) -> list[Case]:
-    """Each concurrency level of a serving sweep is a case; any failed request fails it."""
-    return [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0, "; ".join(lv["errors"]), json.dumps(lv))
+    """Each concurrency level of a serving sweep is a case, timed by its duration; any failed request fails it."""
+    return [Case(f"concurrency {lv['concurrency']}", "envkit.selftest.serving", lv["failed"] == 0, "; ".join(lv["errors"]), json.dumps(lv),
+                 _seconds(lv, "duration_s"))
             for lv in doc["levels"]]
 
 

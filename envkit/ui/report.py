@@ -204,12 +204,13 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         t.add_row(ch["name"], "[green]ok[/green]" if ch["ok"] else "[bold red]FAIL[/bold red]", ch["detail"])
     d = doc.get("decode")
     if d:
-        t.add_row("tokens/s", f"{d['tokens_per_s']}", f"{d['model']}, batch 1, {d['new_tokens']} new tokens")
+        t.add_row("built-in decoder tokens/s", f"{d['tokens_per_s']}", f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
+                  f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens")  # not the "tiny" shape's figure (newcomer D4)
         t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
     if doc.get("models"):
-        m = Table(title="batch-1 decode", title_justify="left", header_style="bold")
-        for col in ("model", "engine", "weights GB", "tokens/s", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
+        m = Table(title="batch-1 decode (transformers)", title_justify="left", header_style="bold")
+        for col in ("model", "engine", "weights GB", "tokens/s (1/TPOT)", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
             m.add_column(col, justify="left" if col in ("model", "engine") else "right")
         for r in doc["models"]:
             roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
@@ -289,18 +290,18 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
              ms(lv["mean_tpot_ms"]), ms(lv["p99_tpot_ms"])] for lv in doc["levels"]]
     for i, col in enumerate(("batch", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "P99 TTFT", "TPOT ms", "P99 TPOT")):
         t.add_column(col, justify="right", min_width=max(len(r[i]) for r in rows))  # headers wrap, figures never do
-    failures = any(lv["failed"] for lv in doc["levels"])
-    if failures:
-        t.add_column("note", overflow="fold")
-    for row, lv in zip(rows, doc["levels"]):
-        t.add_row(*row, *([_level_note(lv)] if failures else []))
+    for row in rows:
+        t.add_row(*row)
     c.print(t)
-
-
-def _level_note(lv: dict) -> str:
-    if lv.get("out_of_memory"):
-        return "[red]out of memory[/]"
-    return f"[red]{lv['errors'][0][:60]}[/]" if lv["failed"] else ""
+    # Each distinct failure in full under the table, wrapped at words, with the levels that met it: a note column
+    # squeezed to 5 characters spelled errors vertically at 80 columns (newcomer review D3).
+    errors: dict[str, list[str]] = {}
+    for lv in doc["levels"]:
+        if lv["failed"]:
+            for e in lv.get("errors") or ["failed"]:
+                errors.setdefault(str(e), []).append(str(lv["concurrency"]))
+    for err, levels in errors.items():
+        c.print(f"[red]{escape('failed at concurrency ' + ', '.join(levels) + ': ' + err)}[/red]", overflow="fold")
 
 
 def print_matrix_check(c: Checked) -> None:

@@ -136,6 +136,28 @@ def fa_archs_env(arch_list: list[str]) -> str:
     return ";".join(a.replace(".", "").replace("+PTX", "") for a in arch_list)
 
 
+# The compiler's own words for a failure: gcc/clang `file:line:col: error:` and `fatal error:`, nvcc/cicc
+# `file(line): error :` (older nvcc: a space before the colon) and `nvcc fatal   :`, ninja's verdict. pip's cleanup
+# and its own `error: subprocess-exited-with-error` come after them in the log.
+_ERROR_LINE = re.compile(r"\berror ?:|\bfatal error\b|\bnvcc fatal\s*:|ninja: build stopped", re.I)
+
+
+def failure_excerpt(lines: list[str], log_path: str, context: int = 3, tail: int = 15) -> str:
+    """What a failed compile's log says first and last: the first line in the compiler's error pattern with `context`
+    lines around it, then the last `tail` lines (where they are not already shown)."""
+    first = next((i for i, line in enumerate(lines) if _ERROR_LINE.search(line)), None)
+    parts = []
+    shown_to = 0
+    if first is not None:
+        lo, hi = max(0, first - context), min(len(lines), first + context + 1)
+        parts.append(f"the first error, line {first + 1} of {log_path}:\n" + "\n".join(lines[lo:hi]))
+        shown_to = hi
+    last = lines[max(shown_to, len(lines) - tail):]
+    if last:
+        parts.append(f"last lines of {log_path}:\n" + "\n".join(last))
+    return "\n".join(parts) if parts else f"{log_path} is empty"
+
+
 # ---------------------------------------------------------------- host facts
 
 def _read(path: str) -> str:
@@ -189,8 +211,8 @@ def extract(sdist: str, work: str) -> str:
 
 def _run(cmd: list[str], cwd: str, env: dict, log_path: str, label: str) -> None:
     """Run a compile, echoing ninja's [n/N] progress; the full log goes to log_path."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    with open(log_path, "w") as log, subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                        bufsize=1) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -199,8 +221,7 @@ def _run(cmd: list[str], cwd: str, env: dict, log_path: str, label: str) -> None
                 print(f"  {label}: compiled {m.group(1)}/{m.group(2)}", flush=True)
         rc = proc.wait()
     if rc != 0:
-        tail = "\n".join(_read(log_path).splitlines()[-25:])
-        raise BuildError(f"{label} failed (exit {rc}); last lines of {log_path}:\n{tail}", 4)
+        raise BuildError(f"{label} failed (exit {rc}); {failure_excerpt(_read(log_path).splitlines(), log_path)}", 4)
 
 
 def build(args: argparse.Namespace) -> dict:

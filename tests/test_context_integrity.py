@@ -78,16 +78,19 @@ def test_fuzz7_a_file_where_a_directory_goes_is_refused_before_anything_is_renam
 
 
 class FailingReplace:
-    """os.replace as context_dir calls it, failing (or raising a signal) at call number `at`."""
+    """os.replace as context_dir calls it, failing (or raising a signal) at call number `at`, and running `then`
+    (if given) at the call after it: the first call of the rollback."""
 
-    def __init__(self, at: int, action: Callable[[], None]) -> None:
-        self.at, self.action, self.calls = at, action, 0
+    def __init__(self, at: int, action: Callable[[], None], then: Optional[Callable[[], None]] = None) -> None:
+        self.at, self.action, self.then, self.calls = at, action, then, 0
         self.real = os.replace
 
     def __call__(self, src: Any, dst: Any) -> None:
         self.calls += 1
         if self.calls == self.at:
             self.action()
+        if self.calls == self.at + 1 and self.then is not None:
+            self.then()
         self.real(src, dst)
 
 
@@ -132,6 +135,17 @@ def test_fuzz7_ctrl_c_during_the_renames_puts_the_old_context_back(tmp_path, mon
     monkeypatch.undo()
     assert snapshot(ctx) == before and not staging_dirs(ctx)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler envkit set is gone
+
+
+def test_fuzz7_ctrl_c_during_the_rollback_waits_until_the_old_context_is_back(tmp_path, monkeypatch):
+    ctx = tmp_path / "ctx"
+    generate(H200, out=str(ctx))
+    before = snapshot(ctx)
+    monkeypatch.setattr(context_dir.os, "replace", FailingReplace(5, _disk_full, then=lambda: signal.raise_signal(signal.SIGINT)))
+    with pytest.raises(KeyboardInterrupt):  # the user asked to stop: that wins over the error, once the cleanup is done
+        generate(CPU, out=str(ctx))
+    monkeypatch.undo()
+    assert snapshot(ctx) == before and not staging_dirs(ctx)
 
 
 SIGTERM_CHILD = """

@@ -97,7 +97,7 @@ def signal_guard() -> Iterator[SignalGuard]:
         yield guard
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    previous = {s: h for s, h in previous.items() if h is not signal.SIG_IGN}
+    previous = {s: h for s, h in previous.items() if h is not None and h is not signal.SIG_IGN}  # None: not Python's to restore
     for s in previous:
         signal.signal(s, guard.handler)
     signum: Optional[int] = None
@@ -109,11 +109,11 @@ def signal_guard() -> Iterator[SignalGuard]:
         guard.cleaning = True
         for s, h in previous.items():
             signal.signal(s, h)
-    signum = signum if signum is not None else (guard.held[0] if guard.held else None)
-    if signum == signal.SIGTERM:
-        os.kill(os.getpid(), signum)  # the previous handler's turn: by default the process ends here
-    if signum is not None:
-        raise KeyboardInterrupt
+        pending = signum if signum is not None else (guard.held[0] if guard.held else None)
+        if pending == signal.SIGTERM:
+            os.kill(os.getpid(), pending)  # the previous handler's turn: by default the process ends here
+        if pending is not None:
+            raise KeyboardInterrupt  # also over an error the body raised: the user asked to stop
 
 
 def _refuse_unreplaceable(target: Path, out: str, files: list[str]) -> None:

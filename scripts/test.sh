@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The test command: installs everything the tests need (envkit and its test extras into .venv, a real
+# The test command: installs everything the tests need (envkit with its test and plot extras into .venv, a real
 # Docker Engine, a locally made Debian 12 base image), type-checks the package, then runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plot]'
 ./scripts/start-docker.sh
 ./scripts/make-base-image.sh
 ./scripts/start-podman.sh

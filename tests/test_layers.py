@@ -32,7 +32,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "errors": set(), "data": set(), "inimage": set(),
     "model": {"packaging", "tomli"}, "core": {"packaging", "yaml"}, "config": {"packaging", "tomli"},
     "adapters": {"packaging", "docker", "requests"}, "matrixgen": {"packaging", "requests", "yaml"},
-    "app": {"packaging"}, "ui": {"packaging", "rich"}, "cli": {"typer"},
+    "app": {"packaging"}, "ui": {"packaging", "rich", "matplotlib"}, "cli": {"typer"},
 }
 # The values and the pure core touch no process, file system, network or thread.
 NO_IO = {"model", "core"}

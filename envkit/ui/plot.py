@@ -1,18 +1,20 @@
-"""A small PNG line chart in the standard library (zlib + struct), so reports can be drawn anywhere,
-inside images too, without matplotlib.
+"""The sweep's PNG chart: through matplotlib where it is installed (this distribution's optional extra `plot`), else
+a small line chart in the standard library (zlib + struct), so `--report` always has its picture.
 
-    png = line_charts([Panel("output tokens/s", xs, ys, failed), ...], x_label="concurrency")
+    png = sweep_chart(doc)                       # matplotlib when it imports, else the fallback
+    png = line_charts([Panel("output tokens/s", xs, ys), ...], x_label="concurrency")   # the fallback itself
 
-Each panel plots one series against categorical x positions (the concurrency levels); a failed
-point (a level where every request failed, e.g. out of memory) is drawn as a red cross at the axis.
-Text uses a built-in 5x7 bitmap font (upper case, digits, a few symbols).
+Either way each panel plots one series against the concurrency levels; a failed point (a level where every
+request failed, e.g. out of memory) is a red cross at the axis. The fallback's text uses a built-in 5x7 bitmap
+font (upper case, digits, a few symbols); matplotlib's has a legend, a log2 concurrency axis and real type.
+Both PNGs are 8-bit RGB written by `encode_png` (matplotlib draws, the encoder here writes).
 """
 from __future__ import annotations
 
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 WHITE, BLACK, GREY, BLUE, RED = (255, 255, 255), (0, 0, 0), (200, 200, 200), (31, 119, 180), (214, 39, 40)
 
@@ -99,13 +101,18 @@ class Canvas:
             x += 6 * scale
 
     def png(self) -> bytes:
-        raw = b"".join(b"\x00" + bytes(self.px[3 * y * self.w:3 * (y + 1) * self.w]) for y in range(self.h))
+        return encode_png(self.w, self.h, bytes(self.px))
 
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+def encode_png(width: int, height: int, rgb: bytes) -> bytes:
+    """An 8-bit RGB PNG (filter 0 on every row) of `rgb`, width x height pixels of three bytes, row by row."""
+    raw = b"".join(b"\x00" + rgb[3 * y * width:3 * (y + 1) * width] for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def text_width(s: str, scale: int = 2) -> int:
@@ -173,11 +180,69 @@ def _panel(c: Canvas, ox: int, oy: int, w: int, h: int, p: Panel, x_label: str) 
             c.rect(px - 4, mark - 4, px + 4, mark + 4, BLUE)
 
 
-def sweep_chart(doc: dict) -> bytes:
-    """Output throughput and P99 TTFT against concurrency, from a serving sweep document."""
+def _series(doc: dict) -> tuple[list[int], list[Optional[float]], list[Optional[float]], str]:
     levels = doc["levels"]
     x = [lv["concurrency"] for lv in levels]
     thr = [lv["output_throughput"] if lv["completed"] else None for lv in levels]
     ttft = [lv["p99_ttft_ms"] if lv["completed"] else None for lv in levels]
-    title = f"{doc.get('model', '')} at {doc.get('engine', '')}"
+    return x, thr, ttft, f"{doc.get('model', '')} at {doc.get('engine', '')}"
+
+
+def stdlib_chart(doc: dict) -> bytes:
+    """Output throughput and P99 TTFT against concurrency, drawn here: the fallback without matplotlib."""
+    x, thr, ttft, title = _series(doc)
     return line_charts([Panel("output tokens/s", x, thr), Panel("P99 TTFT (ms)", x, ttft)], "concurrency", title)
+
+
+def matplotlib_chart(doc: dict, width: int = 1120, height: int = 460) -> bytes:
+    """The same two panels through matplotlib (its Agg canvas, no pyplot state); ImportError without it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    x, thr, ttft, title = _series(doc)
+    dpi = 100
+    fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, facecolor="white")
+    canvas = FigureCanvasAgg(fig)
+    fig.suptitle(title)
+    blue, red = ("#%02x%02x%02x" % c for c in (BLUE, RED))
+    for k, (name, ys) in enumerate((("output tokens/s", thr), ("P99 TTFT (ms)", ttft))):
+        ax: Any = fig.add_subplot(1, 2, k + 1)
+        ok = [(xv, yv) for xv, yv in zip(x, ys) if yv is not None]
+        if ok:
+            ax.plot([p[0] for p in ok], [p[1] for p in ok], color=blue, linewidth=2.5, marker="o", markersize=7)
+        failed = [xv for xv, yv in zip(x, ys) if yv is None]
+        if failed:
+            ax.plot(failed, [0] * len(failed), linestyle="none", color=red, marker="X", markersize=14, clip_on=False, zorder=3,
+                    label="every request failed")
+            ax.legend(loc="best")
+        if len(set(x)) > 1 and min(x) > 0:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(set(x)), [str(v) for v in sorted(set(x))])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("concurrency")
+        ax.set_title(name)
+        ax.grid(True, color="#dddddd")
+        ax.margins(x=0.08)
+    fig.tight_layout()
+    canvas.draw()
+    w, h = canvas.get_width_height()
+    rgba = bytes(canvas.buffer_rgba())
+    rgb = bytearray(w * h * 3)
+    for c in range(3):
+        rgb[c::3] = rgba[c::4]
+    return encode_png(w, h, bytes(rgb))
+
+
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def sweep_chart(doc: dict) -> bytes:
+    """Output throughput and P99 TTFT against concurrency, from a serving sweep document: matplotlib's chart where
+    the `plot` extra is installed, else the standard library's."""
+    return matplotlib_chart(doc) if has_matplotlib() else stdlib_chart(doc)

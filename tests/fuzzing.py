@@ -73,7 +73,7 @@ def run(argv: Sequence[str], area: str) -> Ran:
 def holds(ran: Ran, as_json: Optional[bool] = None) -> None:
     """The property of every run: a documented exit code, never a traceback or an internal error; an error is one
     line naming the problem and the fix; with --json, stdout is one JSON document whose `ok` matches the exit code."""
-    where = f"envkit {' '.join(map(repr, ran.argv))}"
+    where = "envkit " + " ".join(repr(a) if len(a) <= 80 else repr(a[:60]) + f"...({len(a)} chars)" for a in ran.argv)
     assert ran.code in DOCUMENTED_EXIT_CODES, f"{where}: exit {ran.code}\n{ran.err[-2000:]}"
     assert "Traceback (most recent call last)" not in ran.err, f"{where}: traceback\n{ran.err[-2000:]}"
     if ran.code >= 2:

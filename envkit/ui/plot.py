@@ -11,6 +11,7 @@ Both PNGs are 8-bit RGB written by `encode_png` (matplotlib draws, the encoder h
 """
 from __future__ import annotations
 
+import importlib
 import struct
 import zlib
 from dataclasses import dataclass
@@ -236,7 +237,7 @@ def matplotlib_chart(doc: dict, width: int = 1120, height: int = 460) -> bytes:
 
 def has_matplotlib() -> bool:
     try:
-        import matplotlib  # noqa: F401
+        importlib.import_module("matplotlib")
     except ImportError:
         return False
     return True

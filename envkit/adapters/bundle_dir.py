@@ -5,7 +5,6 @@ corrupt file is fetched again, never re-blessed with a new hash."""
 from __future__ import annotations
 
 import hashlib
-import json
 import stat
 import tarfile
 import zipfile
@@ -15,6 +14,7 @@ from typing import Any, Optional
 
 from envkit.adapters.context_dir import GENERATED_LIST, is_staging
 from envkit.adapters.fetch import sha256_file
+from envkit.config.userfile import read_json
 from envkit.core.render import json_bytes
 from envkit.errors import InputError
 
@@ -57,7 +57,7 @@ def verify(root: Path) -> list[str]:
     if not mf.is_file():
         return [f"{MANIFEST} is missing: this is not a complete bundle (run envkit bundle)"]
     try:
-        doc = json.loads(mf.read_text())
+        doc = read_json(str(mf), "bundle manifest", "run envkit bundle again")  # an UnreadableFile is a ValueError: one problem below
         files = {str(k): (int(v["size"]), str(v["sha256"])) for k, v in doc["files"].items()}
         images = [(str(i["ref"]), str(i["file"])) for i in doc.get("images", [])]
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -82,7 +82,7 @@ def verify(root: Path) -> list[str]:
         if file not in files:
             problems.append(f"missing: {file} (the base image {ref})")
     try:
-        plan = json.loads((root / "envkit.plan.json").read_text())
+        plan = read_json(str(root / "envkit.plan.json"), "bundle plan", "run envkit bundle again")
         needed = [c["path"] for c in plan.get("context", [])]
     except (OSError, ValueError, TypeError, AttributeError):
         return problems + ["envkit.plan.json is missing or not an envkit plan"]
@@ -127,7 +127,7 @@ def read_manifest(root: Path) -> OldManifest:
     if not mf.exists():
         return OldManifest("absent")
     try:
-        doc: Any = json.loads(mf.read_bytes())
+        doc: Any = read_json(str(mf), "bundle manifest", "run envkit bundle again")
         files = {str(k): (int(v["size"]), str(v["sha256"])) for k, v in doc["files"].items()}
         images = tuple({"ref": str(i["ref"]), "file": str(i["file"]), "id": str(i.get("id", ""))} for i in doc.get("images", []))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):

@@ -1,7 +1,6 @@
 """Docker builds through the SDK: stream the build log, load a bundle's saved images."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from envkit.adapters.engine import ContainerEngine
+from envkit.config.userfile import read_json
 from envkit.core.preflight import diagnose
 from envkit.errors import ExternalError
 
@@ -90,7 +90,7 @@ def load_images(engine: ContainerEngine, context: Path, say: Callable[[str], Non
     mf = context / "manifest.json"
     if not mf.is_file():
         return
-    for img in json.loads(mf.read_text()).get("images", []):
+    for img in read_json(str(mf), "bundle manifest", "run envkit bundle again").get("images", []):  # verified by the preflight
         if engine.has_image(img["ref"]) and engine.image_id(img["ref"]) == img.get("id"):
             say(f"base image {img['ref']} already on the engine (same id as the bundle's)")
             continue

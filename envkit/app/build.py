@@ -3,7 +3,6 @@ SDK with the network off (offline) or on the site's mirrors, a streamed log with
 summary, and a diagnosis of known failures. Nothing is tagged unless the whole build succeeded."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from envkit.app.generate import generate
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import project_file
 from envkit.config.lockfile import LOCK_NAME
+from envkit.config.userfile import read_json
 from envkit.core.preflight import GB, Facts, judge
 from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags
@@ -78,9 +78,20 @@ def read_plan(context: Path) -> PlanDocument:
         raise InputError(f"{context} is not an envkit build context (no Dockerfile / envkit.plan.json)",
                          "pass the directory written by envkit bundle (--bundle) or envkit generate (-o)")
     try:
-        return BuildPlan.from_json(json.loads((context / "envkit.plan.json").read_text()))
+        return BuildPlan.from_json(read_json(str(context / "envkit.plan.json"), "plan", "regenerate the context (envkit generate or envkit bundle)"))
     except (ValueError, TypeError, KeyError, AttributeError):
         raise InputError(f"{context}/envkit.plan.json is not an envkit plan", "regenerate the context (envkit generate or envkit bundle)") from None
+
+
+def read_solution(context: Path) -> SolutionRecord:
+    """The solution of the context's lock (the image's tag and labels come from it)."""
+    path = str(context / LOCK_NAME)
+    try:
+        return SolutionRecord.from_json(read_json(path, "lock file", "regenerate the context (envkit generate or envkit bundle)")["solution"])
+    except InputError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise InputError(f"lock file {path} holds no envkit solution", "regenerate the context (envkit generate or envkit bundle)") from None
 
 
 def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
@@ -204,7 +215,7 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     if dry_run:
         return DryRun(str(context))
     assert engine is not None and plan is not None  # the preflight refuses a build without an engine or a readable plan
-    record = SolutionRecord.from_json(json.loads((context / LOCK_NAME).read_text())["solution"])
+    record = read_solution(context)
     ref = tag or record.default_tag()
     load_images(engine, context, reporter.say)
     buildargs = {} if offline else dict(plan.build_args)

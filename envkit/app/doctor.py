@@ -2,16 +2,16 @@
 container), then judge them; `--for` asks whether a planned stack would work on this host."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from envkit import data
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.config import matrix_file
-from envkit.config.userfile import read_text
+from envkit.config.userfile import parse_json, read_json
 from envkit.core.judge import healthy, judge
 from envkit.core.judge_for import for_findings
+from envkit.core.resolve import parse_query
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import probe
 from envkit.model.flags import ResolveFlags, parse_flag_string
@@ -27,14 +27,17 @@ def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None
     cmd = ["python3", "-c", script] + (["--deep"] if deep else [])
     _, out, _, gpus = engine.run_with_gpus(image, cmd)
     try:
-        rec = json.loads(out[out.find("{"):])
+        rec = parse_json(out[out.find("{"):], "the probe's output in", image)
+        if not isinstance(rec, dict):
+            raise ValueError("not a JSON object")
     except ValueError:
         raise ExternalError(f"the probe printed no facts inside {image}: {out.strip()[-200:]}", "the image needs python3") from None
     rec["gpus_passed"] = gpus
     return rec
 
 
-def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[ResolveFlags]) -> tuple[Host, list[Finding]]:
+def host_of(record: dict, image_record: Optional[dict], flags: Optional[ResolveFlags]) -> Host:
+    """The host the checks judge; a fact of the wrong type is an InputError naming its key."""
     host = Host.from_json(record)
     if image_record is not None:
         inner = Host.from_json(image_record)
@@ -45,6 +48,11 @@ def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optiona
                        cuda_available=inner.cuda_available if image_record.get("gpus_passed") else None)
     if flags is not None and flags.kernels:
         host = replace(host, wants_kernels=True)
+    return host
+
+
+def doctor(m: Matrix, record: dict, image_record: Optional[dict], flags: Optional[ResolveFlags]) -> tuple[Host, list[Finding]]:
+    host = host_of(record, image_record, flags)
     findings = judge(m, host)
     if flags is not None and flags.any():
         findings += for_findings(m, host, flags)
@@ -69,14 +77,12 @@ class DoctorOutcome:
 
 
 _FACTS_FIX = "give a JSON file written by envkit doctor --json"
+_FOR_FIX = 'give resolve flags that envkit resolve accepts, e.g. --for "--gpu H100 --torch 2.4"'
 
 
 def read_facts(path: str) -> dict[str, Any]:
     """A recorded facts file: doctor --json's whole document, or its `facts`."""
-    try:
-        record = json.loads(read_text(path, "facts file", _FACTS_FIX))
-    except ValueError as exc:
-        raise InputError(f"cannot read facts file {path}: not JSON ({exc})", _FACTS_FIX) from None
+    record = read_json(path, "facts file", _FACTS_FIX)
     if not isinstance(record, dict):
         raise InputError(f"cannot read facts file {path}: not a JSON object", _FACTS_FIX)
     facts = record.get("facts", record)
@@ -85,17 +91,46 @@ def read_facts(path: str) -> dict[str, Any]:
     return facts
 
 
+def for_flags(m: Matrix, for_: Optional[str]) -> Optional[ResolveFlags]:
+    """--for's flags, checked on their own before any fact is read, so that a bad flag is blamed on --for
+    (fuzz report, area 3: it was blamed on the --facts file)."""
+    if not for_:
+        return None
+    flags = parse_flag_string(for_)
+    try:
+        parse_query(m, flags)
+    except InputError as exc:
+        raise InputError(f"--for {for_!r}: {exc.message}", exc.fix or _FOR_FIX) from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"--for {for_!r}: {exc}", _FOR_FIX) from None
+    return flags
+
+
 def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optional[str] = None, for_: Optional[str] = None,
         facts_file: Optional[str] = None) -> DoctorOutcome:
     m = matrix_file.load(matrix_path)
-    flags = parse_flag_string(for_) if for_ else None
+    flags = for_flags(m, for_)
     record = read_facts(facts_file) if facts_file else probe.collect(deep_mode=deep and not image)
     image_record = probe_image(image, deep) if image else None
+    whose = f"facts file {facts_file}" if facts_file else "this host's probed facts"
     try:
-        host, findings = doctor(m, record, image_record, flags)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        host = host_of(record, image_record, flags)
+    except InputError as exc:  # a key of the wrong type, named by Host.from_json
+        if image_record is not None and facts_file is None:
+            whose = f"the probed facts (this host's or image {image}'s)"
+        raise InputError(f"{whose}: {exc.message}", exc.fix) from None
+    try:
+        findings = judge(m, host)
+    except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
         if not facts_file:
             raise
         raise InputError(f"facts file {facts_file} holds a value of an unexpected type ({type(exc).__name__}: {exc})",
                          "give a JSON file written by envkit doctor --json, unedited") from None
+    if flags is not None and flags.any():
+        try:
+            findings += for_findings(m, host, flags)
+        except InputError as exc:
+            raise InputError(f"--for {for_!r} on {whose}: {exc.message}", exc.fix or _FOR_FIX) from None
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"--for {for_!r} on {whose}: {exc}", _FOR_FIX) from None
     return DoctorOutcome(host, tuple(findings), record, image_record, image)

@@ -78,7 +78,13 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
                              "drop the resolve flags, or drop --lock to resolve anew")
         locked = read_lock(lock)
         given = locked.query
-        result = resolve(m, parse_query(m, given))
+        try:
+            query = parse_query(m, given)
+        except InputError as exc:  # the lock's query, edited or from another envkit: name the file
+            raise InputError(f"lock file {lock}: {exc.message}", exc.fix) from None
+        except ValueError as exc:
+            raise InputError(f"lock file {lock}: its query does not parse ({exc})", "regenerate it with envkit generate") from None
+        result = resolve(m, query)
         check_lock(lock, locked, result)
     else:
         result, given = solve(m, flags, site)

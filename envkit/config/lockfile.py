@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from envkit import __version__
-from envkit.config.userfile import read_text
+from envkit.config.userfile import parse_json, read_text
 from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
@@ -25,12 +25,12 @@ def matrix_sha256(m: Matrix) -> str:
 def read_lock(path: str) -> Lock:
     text = read_text(path, "lock file", "give the envkit.lock.json written by envkit generate")
     try:
-        doc = json.loads(text)
+        doc = parse_json(text, "lock file", path, "regenerate it with envkit generate")  # the one JSON reader of user files
     except json.JSONDecodeError as exc:
         raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", "regenerate it with envkit generate") from None
     try:
         return Lock.from_json(doc)
-    except ValueError:
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise InputError(f"lock file {path} is not an envkit lock (schema 1 with query and solution)", "regenerate it with envkit generate") from None
 
 

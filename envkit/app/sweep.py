@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence, Union
 from envkit.adapters import openai_http
 from envkit.adapters.openai_http import one_request
 from envkit.app.reporter import Reporter, Silent
-from envkit.config.userfile import parse_file
+from envkit.config.userfile import MAX_DATASET_BYTES, parse_file
 from envkit.core.sweep import RequestResult, arrival_offsets, parse_dataset, random_requests, summarize
 from envkit.errors import ExternalError, InputError
 from envkit.model.results import LevelResult, SweepResult
@@ -190,7 +190,7 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResu
     if req.dataset:
         requests = parse_file(req.dataset, "dataset",
                               'give a JSONL file of {"prompt": "...", "output_tokens": N} lines (vLLM\'s custom dataset format)',
-                              lambda text: parse_dataset(text, req.num_prompts, req.output_len))
+                              lambda text: parse_dataset(text, req.num_prompts, req.output_len), limit=MAX_DATASET_BYTES)
     else:
         requests = random_requests(req.num_prompts, req.input_len, req.output_len, seed=req.seed)
     url = req.engine_url[len("openai:"):]

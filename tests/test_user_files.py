@@ -221,6 +221,17 @@ def test_a_file_past_the_size_limit_is_refused(kind, tmp_path):
         KINDS[kind][1](str(path), tmp_path)
 
 
+@pytest.mark.parametrize("cert", ["/dev/zero", "big.pem"])
+def test_the_site_files_ca_certificate_is_read_bounded(cert, tmp_path):
+    """The site file's [ca] cert is a user file too: /dev/zero or a file past the limit is one line, never read whole."""
+    with open(tmp_path / "big.pem", "wb") as f:
+        f.truncate(userfile.MAX_BYTES + 1)
+    site = tmp_path / "SITE.toml"
+    site.write_text(f'[ca]\ncert = "{cert}"\n')
+    with pytest.raises(InputError, match="is a device, not a file" if cert == "/dev/zero" else "is larger than 64 MiB"):
+        site_file.load(str(site))
+
+
 def test_a_fifo_that_never_ends_is_read_no_further_than_the_limit(tmp_path):
     fifo = tmp_path / "endless"
     os.mkfifo(fifo)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
-from envkit.config.userfile import parse_toml, read_text
+from envkit.config.userfile import parse_toml, read_bytes, read_text
 from envkit.errors import InputError
 from envkit.model.site import Site
 
@@ -199,12 +199,17 @@ def _map(path: str, raw: dict, table: str, convert: Callable[[Any], Any]) -> tup
                   _checked(path, f"[{table}] {k!r}", convert, v)) for k, v in raw.get(table, {}).items())
 
 
+def _read_ca(cert_path: Path) -> bytes:
+    """The [ca] certificate, read bounded like every user file: a device (/dev/zero) or a huge file is one line."""
+    return read_bytes(str(cert_path), "[ca] cert", "point cert at a PEM file, relative to the site file")
+
+
 def _ca_cert(path: str, cert: Optional[str], read_file: Optional[Callable[[Path], bytes]]) -> Optional[bytes]:
     if cert is None:
         return None
     cert_path = Path(path).parent / cert
     try:
-        ca = (read_file or Path.read_bytes)(cert_path)
+        ca = (read_file or _read_ca)(cert_path)
     except OSError as exc:
         raise _bad(path, f"[ca] cert {cert_path}: {exc.strerror}", "point cert at a PEM file, relative to the site file") from None
     if b"-----BEGIN CERTIFICATE-----" not in ca:

@@ -12,6 +12,10 @@ Exit codes (documented in the README):
 """
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
+from typing import Sequence
+
 EXIT_OK = 0
 EXIT_NO_SOLUTION = 1  # also: doctor found problems, a self-test or sweep failed
 EXIT_EXTERNAL = 4
@@ -35,18 +39,37 @@ class InputError(EnvkitError):
     exit_code = 2
 
 
+@dataclass(frozen=True)
+class MatrixProblem:
+    """One thing wrong with matrix.toml: the line it is on (1-based) and what is wrong there."""
+
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.text}"
+
+
 class MatrixError(EnvkitError):
-    """matrix.toml is malformed. Carries every problem found, each with its line."""
+    """matrix.toml is malformed. Carries every problem found, each with its line; its one-line message
+    names how many and the first (`envkit matrix check` lists them all, one a line)."""
 
     exit_code = 3
 
-    def __init__(self, problems: list[str], path: str) -> None:
-        self.problems = problems
+    def __init__(self, problems: Sequence[MatrixProblem], path: str) -> None:
+        self.problems = tuple(problems)
         self.path = path
-        super().__init__(
-            f"{path}: {len(problems)} invalid row(s): " + "; ".join(problems),
-            "correct the rows named above (envkit matrix check lists them)",
-        )
+        first = str(self.problems[0]) if self.problems else "unreadable"
+        check = f"envkit matrix check {shlex.quote(path)}"
+        if len(self.problems) == 1:
+            super().__init__(f"{path}: {first}", f"correct that line; `{check}` checks the file again")
+        else:
+            super().__init__(f"{path}: {len(self.problems)} problems, the first: {first}", f"run `{check}` to list them all")
+
+    @property
+    def lines(self) -> list[str]:
+        """Each problem as its own line: `line N: what is wrong`."""
+        return [str(p) for p in self.problems]
 
 
 class ExternalError(EnvkitError):

@@ -1,14 +1,24 @@
 """The container engine adapter: the Docker SDK against DOCKER_HOST (Docker Engine, or Podman's
-Docker-compatible socket). Thin on purpose: everything else gets plain values from here."""
+Docker-compatible socket). Thin on purpose: everything else gets plain values from here.
+
+A build that mounts secrets cannot go through the SDK (its legacy /build endpoint has no secrets): it runs
+`podman --remote build --secret ...` against the same Podman service, or `docker buildx build --secret ...`
+where buildx is installed; on Docker's legacy builder alone it is refused before anything is built."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Collection, Iterator, Mapping, Optional, Protocol
 
-from envkit.errors import ExternalError, InputError
+from envkit.errors import ExternalError, InputError, PreflightError
 
 Volumes = dict[str, dict[str, str]]
+SecretFiles = tuple[tuple[str, str], ...]  # (id, absolute path of the file): the file's content is never read here
+DEFAULT_HOST = "unix:///var/run/docker.sock"
+PODMAN_SERVICE = "podman system service --time=0 unix:///run/podman.sock"
 
 
 class ContainerEngine(Protocol):
@@ -25,7 +35,7 @@ class ContainerEngine(Protocol):
     def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge") -> tuple[int, str]: ...
     def run_with_gpus(self, image: str, command: list[str], volumes: Optional[Volumes] = None) -> tuple[int, str, str, bool]: ...
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
-              dockerfile: str = "Dockerfile") -> Iterator[dict[str, Any]]: ...
+              dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> Iterator[dict[str, Any]]: ...
     def tag(self, image_id: str, ref: str) -> None: ...
     def size(self, ref: str) -> int: ...
 
@@ -132,8 +142,13 @@ class Engine:
         return rc, out, err, gpus
 
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
-              dockerfile: str = "Dockerfile") -> Iterator[dict]:
-        """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages."""
+              dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> Iterator[dict]:
+        """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages. With secrets, the same
+        stream from podman's or buildx's CLI (the endpoint cannot pass them)."""
+        if secrets:
+            tool = secrets_builder(self.info(), available_tools())
+            return build_with_secrets(tool, context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile,
+                                      secrets=secrets)
         return self.client.api.build(path=str(context), dockerfile=dockerfile, network_mode=network, rm=True, forcerm=True,
                                      decode=True, buildargs=buildargs, pull=False, nocache=nocache)
 
@@ -143,3 +158,82 @@ class Engine:
 
     def size(self, ref: str) -> int:
         return int(self.client.images.get(ref).attrs.get("Size", 0))
+
+
+# ---------------------------------------------------------------- builds with secrets: podman's or buildx's CLI
+
+
+def is_podman(info: Mapping[str, Any]) -> bool:
+    """Podman's Docker-compatible `info` names the Buildah that builds for it; Docker's does not."""
+    return "BuildahVersion" in info
+
+
+def available_tools() -> frozenset[str]:
+    """The CLIs on PATH that can build with secrets: "podman", and "buildx" when `docker buildx` answers."""
+    tools = {"podman"} if shutil.which("podman") else set()
+    if shutil.which("docker"):
+        try:
+            if subprocess.run(["docker", "buildx", "version"], capture_output=True, timeout=60).returncode == 0:
+                tools.add("buildx")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return frozenset(tools)
+
+
+def secrets_builder(info: Mapping[str, Any], tools: Collection[str]) -> str:
+    """How this engine builds with secrets ("podman" or "buildx"), from its `info` and the CLIs on PATH; or the
+    one-line refusal, raised before anything is built."""
+    version = info.get("ServerVersion") or "?"
+    if is_podman(info):
+        if "podman" in tools:
+            return "podman"
+        raise PreflightError(f"this engine (Podman {version}) builds with secrets through the podman CLI, which is not on PATH",
+                             "install podman (it talks to the same service through DOCKER_HOST)")
+    if "buildx" in tools:
+        return "buildx"
+    raise PreflightError(f"this engine (Docker {version}, legacy builder) cannot pass build secrets",
+                         f"install docker buildx, use podman ({PODMAN_SERVICE}, then DOCKER_HOST=unix:///run/podman.sock), or "
+                         "build --offline from a bundle made where the mirror's credentials are (envkit bundle --mirror SITE.toml "
+                         "uses your netrc on that machine only)")
+
+
+def secrets_build_command(tool: str, context: Path, *, network: str, buildargs: Mapping[str, str], nocache: bool, dockerfile: str,
+                          secrets: SecretFiles, iidfile: Path, docker_host: str) -> list[str]:
+    """The CLI build with secrets, its output plain lines; each secret as id and path, never its content."""
+    if tool == "podman":
+        cmd = ["podman", "--remote", "--url", docker_host, "build"]
+    else:
+        cmd = ["docker", "buildx", "build", "--progress", "plain", "--load"]
+    cmd += ["--file", str(context / dockerfile), "--iidfile", str(iidfile)]
+    if network in ("host", "none"):  # "bridge" is the default of both (BuildKit calls it "default")
+        cmd += ["--network", network] + (["--allow", "network.host"] if tool == "buildx" and network == "host" else [])
+    cmd += [f"--build-arg={key}={value}" for key, value in sorted(buildargs.items())]
+    cmd += ["--no-cache"] if nocache else []
+    for ident, path in secrets:
+        cmd += ["--secret", f"id={ident},src={path}"]
+    return cmd + [str(context)]
+
+
+def build_with_secrets(tool: str, context: Path, *, network: str, buildargs: Mapping[str, str], nocache: bool, dockerfile: str,
+                       secrets: SecretFiles) -> Iterator[dict[str, Any]]:
+    """Run the CLI build; its output as the SDK's stream of messages ({"stream"}, then {"aux": {"ID"}} or {"error"})."""
+    with tempfile.TemporaryDirectory(prefix="envkit-build-") as tmp:
+        iidfile = Path(tmp) / "iid"
+        cmd = secrets_build_command(tool, context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile,
+                                    secrets=secrets, iidfile=iidfile, docker_host=os.environ.get("DOCKER_HOST", DEFAULT_HOST))
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                    errors="replace", bufsize=1)
+        except OSError as exc:
+            raise ExternalError(f"{cmd[0]} could not start: {exc.strerror}", f"install {cmd[0]} or put it on PATH") from None
+        with proc:
+            assert proc.stdout is not None
+            last_error = ""
+            for line in proc.stdout:
+                if line.startswith(("Error:", "ERROR", "error:")):
+                    last_error = line.strip()
+                yield {"stream": line}
+        if proc.returncode != 0 or not iidfile.is_file():
+            yield {"error": last_error or f"{' '.join(cmd[:3])} exited with status {proc.returncode}"}
+            return
+        yield {"aux": {"ID": iidfile.read_text().strip()}}

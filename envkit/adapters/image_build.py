@@ -1,4 +1,5 @@
-"""Docker builds through the SDK: stream the build log, load a bundle's saved images."""
+"""Docker builds through the SDK: stream the build log, load a bundle's saved images; the build secrets a
+context mounts, checked before anything is built."""
 from __future__ import annotations
 
 import os
@@ -9,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from envkit.adapters.engine import ContainerEngine
+from envkit.adapters.engine import ContainerEngine, SecretFiles, available_tools, secrets_builder
+from envkit.config.site_file import known_secret, secret_arg
 from envkit.config.userfile import read_json
 from envkit.core.preflight import diagnose
-from envkit.errors import ExternalError
+from envkit.core.render import secret_ids
+from envkit.errors import ExternalError, InputError
 
 
 @dataclass
@@ -27,12 +30,13 @@ class BuildResult:
 
 
 def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
-                 nocache: bool = False, dockerfile: str = "Dockerfile") -> BuildResult:
+                 nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None
     error = None
-    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile):
+    extra = {"secrets": secrets} if secrets else {}  # an engine without secrets to pass is asked as it always was
+    for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile, **extra):
         if "stream" in msg:
             for line in msg["stream"].splitlines():
                 if not line.strip():
@@ -106,3 +110,44 @@ def load_images(engine: ContainerEngine, context: Path, say: Callable[[str], Non
                                     "re-run envkit bundle to save the base image again")
             engine.tag(loaded[0][0], img["ref"])
             say(f"tagged the loaded image {loaded[0][0][:19]} as {img['ref']}")
+
+
+def check_build_secrets(engine: ContainerEngine, context: Path, specs: tuple[str, ...],
+                        dockerfile: str = "Dockerfile") -> SecretFiles:
+    """The secrets the build passes, as (id, file), checked before anything is built: each `--secret` a secret the
+    Dockerfile mounts, each one it mounts given, an engine that can pass them (else the one-line refusal naming the
+    ways that can), each file readable and outside the build context. No file's content is read."""
+    wanted = secret_ids((context / dockerfile).read_text(encoding="utf-8", errors="replace"))
+    given: dict[str, str] = {}
+    for spec in specs:
+        ident, src = secret_arg(spec)
+        if ident in given:
+            raise InputError(f"--secret {ident} is given twice", "give each secret once")
+        given[ident] = src
+    if not wanted and not given:
+        return ()
+    unknown = sorted(set(given) - set(wanted))
+    if unknown:
+        mounts = f"it mounts {', '.join(wanted)}" if wanted else "it mounts none"
+        raise InputError(f"--secret {unknown[0]}: no step of {context / dockerfile} mounts it ({mounts})",
+                         "drop it; the site file asks for a secret with [pip] netrc = true or [apt] netrc = true")
+    secrets_builder(engine.info(), available_tools())
+    missing = [ident for ident in wanted if ident not in given]
+    if missing:
+        secret = known_secret(missing[0])
+        asked = f" ({secret.key} = true in the site file)" if secret else ""
+        raise InputError(f"the build mounts the secret `{missing[0]}`{asked} and no --secret gives it",
+                         f"pass --secret {missing[0]}=FILE" + (f", {secret.what}" if secret else ""))
+    return tuple((ident, _secret_file(ident, given[ident], context)) for ident in wanted)
+
+
+def _secret_file(ident: str, src: str, context: Path) -> str:
+    path = Path(src).expanduser().absolute()
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise InputError(f"--secret {ident}: {path} is not a readable file", "give the path of the file that holds the login")
+    if path.stat().st_size == 0:
+        raise InputError(f"--secret {ident}: {path} is empty", "give the file that holds the login")
+    if path.resolve().is_relative_to(context.resolve()):
+        raise InputError(f"--secret {ident}: {path} lies inside the build context {context}, which is sent to the engine whole",
+                         "keep the file outside the build context (e.g. ~/.netrc)")
+    return str(path)

@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 
 from envkit.adapters.bundle_dir import MANIFEST, verify
 from envkit.adapters.engine import Engine
-from envkit.adapters.image_build import engine_resources, load_images, stream_build
+from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
 from envkit.app.reporter import Reporter, Silent
@@ -42,6 +42,7 @@ class BuildRequest:
     no_cache: bool = False
     dry_run: bool = False
     matrix_path: Optional[str] = None
+    secrets: tuple[str, ...] = ()  # `--secret ID=FILE` as given: the files the Dockerfile's secret mounts read
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,9 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
         if req.flags.any() or req.lock or req.mirror:
             raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock and --mirror do not apply",
                              "drop them, or make a new bundle")
+        if req.secrets:
+            raise InputError("--offline builds reach no mirror, so they take no --secret",
+                             "drop --secret: the bundle was made where the mirrors' logins are (envkit bundle reads that machine's netrc)")
         context = Path(req.bundle_dir)
         if not context.is_dir():
             raise InputError(f"bundle directory {req.bundle_dir} does not exist", "pass the directory written by envkit bundle")
@@ -153,7 +157,7 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
             return g
         context = Path(req.out)
     return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
-                         dry_run=req.dry_run, reporter=reporter)
+                         dry_run=req.dry_run, reporter=reporter, secrets=req.secrets)
 
 
 def load_project(project: Optional[str], target: Optional[str], all_targets: bool, req: BuildRequest) -> Project:
@@ -180,11 +184,11 @@ def run(req: BuildRequest, reporter: Reporter = Silent(), project: Optional[str]
 def build_project_target(project: Optional[str], target: Optional[str], req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     t = load_project(project, target, False, req).target(target or "")
     return build_target(t, network=req.network, no_cache=req.no_cache, dry_run=req.dry_run, matrix_path=req.matrix_path,
-                        reporter=reporter)
+                        reporter=reporter, secrets=req.secrets)
 
 
 def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
-                 reporter: Reporter = Silent()) -> Outcome:
+                 reporter: Reporter = Silent(), secrets: tuple[str, ...] = ()) -> Outcome:
     """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
     if t.offline:
@@ -198,11 +202,11 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
             return g
         context = Path(f"envkit-build/{t.name}")
     return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
-                         reporter=reporter)
+                         reporter=reporter, secrets=secrets)
 
 
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
-                  reporter: Reporter = Silent()) -> Union[Built, DryRun]:
+                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = ()) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
     reporter.phase("build")
     facts, engine, plan = collect(context, offline=offline)
@@ -212,6 +216,8 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     if failed:
         raise PreflightError(f"preflight refused the build: {'; '.join(c.name + ': ' + c.detail for c in failed)}",
                              failed[0].fix)
+    assert engine is not None  # the preflight refuses a build without an engine
+    secret_files = check_build_secrets(engine, context, secrets)  # before anything is built: the mounts, the engine, the files
     if dry_run:
         return DryRun(str(context))
     assert engine is not None and plan is not None  # the preflight refuses a build without an engine or a readable plan
@@ -220,7 +226,7 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     load_images(engine, context, reporter.say)
     buildargs = {} if offline else dict(plan.build_args)
     network_used = "none" if offline else network
-    result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache)
+    result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache, secrets=secret_files)
     if not result.image_id:
         raise ExternalError("the engine finished the build without naming the image it made", "run the build again with --no-cache")
     engine.tag(result.image_id, ref)

@@ -17,7 +17,7 @@ from envkit.core.export import FORMATS
 from envkit.core.inferred import inferred_entries
 from envkit.core.resolve import parse_query
 from envkit.core.resolve import resolve as solve
-from envkit.errors import InputError
+from envkit.errors import InputError, MatrixError
 from envkit.matrixgen import refresh as derived
 from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import Matrix
@@ -40,8 +40,39 @@ class Checked:
                 "inferred_kinds": self.inferred["kinds"], "inferred_that_can_name_an_artifact": self.inferred["can_name_artifact"]}
 
 
-def check(path: Optional[str]) -> Checked:
-    m = matrix_file.load(path)
+@dataclass(frozen=True)
+class Rejected:
+    """An invalid matrix: what `matrix check` lists, every problem on its own line with its line number."""
+
+    error: MatrixError
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code
+
+    @property
+    def headline(self) -> str:
+        n = len(self.error.problems)
+        listed = "1 problem, below with its line" if n == 1 else f"{n} problems, each below with its line"
+        return f"{self.error.path} is not a valid matrix: {listed} (fix: correct each line named)"
+
+    @property
+    def lines(self) -> list[str]:
+        return self.error.lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "ok": False, "path": self.error.path,
+                "problems": [{"line": p.line, "problem": p.text} for p in self.error.problems],
+                "error": {"kind": "matrix", "exit_code": self.exit_code, "message": self.error.message, "fix": self.error.fix}}
+
+
+def check(path: Optional[str]) -> Union[Checked, Rejected]:
+    """The matrix's row counts and inferred facts, or every problem that makes it invalid (a file that cannot be
+    read at all is bad input: InputError)."""
+    try:
+        m = matrix_file.load(path)
+    except MatrixError as exc:
+        return Rejected(exc)
     rows = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
             "flash_attn": len(m.flash_attn), "vllm": len(m.vllm), "python": len(m.python)}
     return Checked(m, rows, inferred_entries(m))

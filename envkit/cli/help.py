@@ -24,6 +24,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit build --offline --bundle carry --dry-run         # the preflight and plan, nothing built",
         "envkit build --offline --bundle carry -t llm:cu124",
         "envkit build --project envkit.toml --all -j 2",
+        "envkit build --mirror site.toml --secret netrc=~/.netrc   # an index that asks for a login (Podman or buildx)",
     ),
     "selftest": (
         "envkit selftest --image llm:cu124 --quick",

@@ -39,11 +39,14 @@ def check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),
     as_json: bool = opt.as_json(),
 ) -> None:
-    """Validate the matrix: every bad row is reported with its line."""
+    """Validate the matrix: every problem is listed on its own line, with its line number (exit 3)."""
     c = app.matrix.check(path)
     if as_json:
         ui.output.print_json(c.to_json())
-    else:
+    if isinstance(c, app.matrix.Rejected):
+        sys.stderr.write(f"envkit: error: {c.headline}\n" + "".join(f"  {line}\n" for line in c.lines))
+        raise typer.Exit(c.exit_code)
+    if not as_json:
         ui.report.print_matrix_check(c)
 
 

@@ -84,12 +84,17 @@ def build(
     network: BuildNetwork = typer.Option(BuildNetwork.bridge, "--network", help="network for mirror-mode RUN steps"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
+    secret: list[str] = typer.Option([], "--secret", metavar="ID=FILE",
+                                     help="a file a mirror's login is in, mounted by the steps that need it and never written into "
+                                          "the image: netrc=~/.netrc for [pip] netrc = true, apt-netrc=FILE for [apt] netrc = true "
+                                          "(docker's id=ID,src=FILE works too; needs Podman or docker buildx; repeatable)"),
     as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
-                                 network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path)
+                                 network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
+                                 secrets=tuple(secret))
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

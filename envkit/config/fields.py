@@ -9,6 +9,7 @@ its line, SITE.toml and envkit.toml raise the first one as a one-line InputError
 from __future__ import annotations
 
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -30,12 +31,14 @@ Kind = Union[type, tuple[type, ...]]
 class Invalid(ValueError):
     """A converter's refusal: what is wrong with the value (a phrase that follows the key's place,
     e.g. "must be true or false") and the fix. The fix may say `{key}` or `{where}`: the file's reader
-    fills in the key or its place ("[apt] mirror")."""
+    fills in the key or its place ("[apt] mirror"). `at` names the element of the value that is wrong (an index
+    of a list, a key of a table), for a reader that reports where it is."""
 
-    def __init__(self, why: str, fix: str = "") -> None:
+    def __init__(self, why: str, fix: str = "", at: tuple[Union[str, int], ...] = ()) -> None:
         super().__init__(why)
         self.why = why
         self.fix = fix
+        self.at = at
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Problem:
     value: Any = None
     fix: str = ""
     allowed: tuple[str, ...] = ()
+    at: tuple[Union[str, int], ...] = ()  # the element of the value the problem is in (Invalid.at)
 
     def fix_at(self, where: str) -> str:
         return self.fix.replace("{where}", where).replace("{key}", self.key)
@@ -79,7 +83,31 @@ def text(pattern: str, why: str, fix: str) -> Callable[[Any], str]:
     return convert
 
 
-_CONVERTER_ERRORS = (InvalidVersion, InvalidSpecifier, ValueError, KeyError, TypeError)
+_CONVERTER_ERRORS = (InvalidVersion, InvalidSpecifier, ValueError, KeyError, TypeError, OverflowError)
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother = 60, 60
+
+
+def type_name(value: Any) -> str:
+    """A value's Python type name, as the readers' messages say it ("expected str, got list")."""
+    return type(value).__name__
+
+
+def _kind_name(kind: Kind) -> str:
+    return " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+
+
+def too_deep(doc: Any, limit: int) -> Optional[tuple[Union[str, int], ...]]:
+    """The path (keys and indexes) of an array or table nested deeper than `limit`, or None; walked without
+    recursion, so a document nested thousands deep is measured, not a RecursionError."""
+    stack: list[tuple[Any, tuple[Union[str, int], ...]]] = [(doc, ())] if isinstance(doc, (dict, list)) else []
+    while stack:
+        value, path = stack.pop()
+        if len(path) >= limit:
+            return path
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        stack.extend((v, (*path, k)) for k, v in items if isinstance(v, (dict, list)))
+    return None
 
 
 @dataclass(frozen=True)
@@ -109,15 +137,14 @@ class Field:
             return fallback
         value = row[self.key]
         if not isinstance(value, self.kind):
-            expected = getattr(self.kind, "__name__", self.kind)
-            report(Problem(self.key, "type", f"expected {expected}, got {type(value).__name__}", value))
+            report(Problem(self.key, "type", f"expected {_kind_name(self.kind)}, got {type_name(value)}", value))
             return None
         try:
             return self.convert(value)
         except Invalid as exc:
-            report(Problem(self.key, "invalid", exc.why, value, exc.fix))
+            report(Problem(self.key, "invalid", exc.why, value, exc.fix, at=exc.at))
         except _CONVERTER_ERRORS as exc:
-            report(Problem(self.key, "invalid", str(exc) or f"invalid value {value!r}", value))
+            report(Problem(self.key, "invalid", str(exc) or f"invalid value {_SHORT.repr(value)}", value))
         return None
 
 
@@ -154,7 +181,7 @@ class Table:
 
     def read(self, row: Any, report: Report, defaults: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         if not isinstance(row, dict):
-            report(Problem("", "type", f"expected a table, got {type(row).__name__}", row))
+            report(Problem("", "type", f"expected a table, got {type_name(row)}", row))
             return {f.name: None for f in self.fields}
         self.check_keys(row, report)
         return self.convert(row, report, defaults)

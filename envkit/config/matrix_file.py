@@ -6,23 +6,27 @@ fields.Table specs; only torch variants, DTK torch builds, flash-attn wheels and
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
+import json
+import math
 import os
-import pickle
 import re
+import reprlib
+import stat
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar, Union
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from envkit import data
-from envkit.config.fields import REQUIRED, Field, Problem, Table, identity
-from envkit.errors import MatrixError
+from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
+from envkit.errors import InputError, MatrixError, MatrixProblem
 from envkit.model.matrix import (
     CC,
     VENDOR_PLATFORM,
@@ -43,6 +47,7 @@ from envkit.model.matrix import (
     TorchBuild,
     Vllm,
     VllmBuild,
+    dtk_text,
     gpu_name_key,
 )
 
@@ -52,42 +57,253 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-# ---------------------------------------------------------------- rows and their problems
+# ---------------------------------------------------------------- where things are: lines by path
+
+T = TypeVar("T")
+PathKey = tuple[Union[str, int], ...]
+"""A place in the parsed document: ("torch", 3, "variants", 5, "archs") is the archs key of the sixth
+variant of the fourth [[torch]] row."""
+
+_KEY = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\')'
+_HEADER = re.compile(r"^[ \t]*\[(\[?)[ \t]*(" + _KEY + r"(?:[ \t]*\.[ \t]*" + _KEY + r")*)[ \t]*\]\]?[ \t]*(?:#[^\n]*)?\r?$", re.M)
+_KEY_PART = re.compile(_KEY)
+_TOKEN = re.compile(r'''
+    (?P<ws>[ \t]+) | (?P<nl>\r?\n) | (?P<comment>\#[^\n]*)
+  | (?P<string>"""(?:\\.|[^\\])*?"{3,5} | \'\'\'[\s\S]*?\'{3,5} | "(?:\\.|[^"\\\n])*"? | \'[^\'\n]*\'?)
+  | (?P<punct>[\[\]{},=.]) | (?P<bare>[^\s\[\]{},=\#"\'.]+)''', re.X)
+
+
+def _unquote(token: str) -> str:
+    if token[:1] == "'":
+        return token.strip("'")
+    if token[:1] == '"':
+        try:
+            return str(json.loads(token))
+        except ValueError:
+            return token.strip('"')
+    return token
+
+
+class _Frame:
+    """An array or inline table being scanned: its path, how many elements it has had, and what comes
+    next ("value": an element, or the value after `key =`; "key": an inline table's key; "past": a separator)."""
+
+    def __init__(self, path: PathKey, is_array: bool) -> None:
+        self.path, self.is_array = path, is_array
+        self.count = 0
+        self.next = "value" if is_array else "key"
+        self.keys: list[str] = []
+
+
+class _Lines:
+    """The line of each place in the document, found by scanning the text (tomllib keeps no positions).
+    Built only when there is a problem to report; the headers are found with one regex, and only the
+    section (a header to the next) that holds a place asked for is scanned token by token, without
+    recursion, so a problem in a 4000-line file costs a few milliseconds."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.sections: list[tuple[PathKey, int, int]] = []  # (header path, start, end) in the text
+        self.scanned: dict[int, dict[PathKey, int]] = {}
+        aot: dict[PathKey, int] = {}
+        headers = list(_HEADER.finditer(text))
+        for i, m in enumerate(headers):
+            parts = [_unquote(k) for k in _KEY_PART.findall(m.group(2))]
+            path: PathKey = ()
+            for k, part in enumerate(parts):
+                path += (part,)
+                if k == len(parts) - 1 and m.group(1):
+                    n = aot.get(path, 0)
+                    aot[path] = n + 1
+                    path += (n,)
+                elif path in aot:
+                    path += (aot[path] - 1,)
+            end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+            self.sections.append((path, m.start(), end))
+        self.prelude_end = headers[0].start() if headers else len(text)  # the keys before the first header
+
+    def line_at(self, offset: int) -> int:
+        return bisect.bisect_right(self.starts, offset)
+
+    def _scan(self, number: int, base: PathKey, start: int, end: int) -> dict[PathKey, int]:
+        if number in self.scanned:
+            return self.scanned[number]
+        found: dict[PathKey, int] = {}
+        header_end = self.text.find("\n", start, end)
+        try:
+            self._tokens(found, base, start if number < 0 else (end if header_end < 0 else header_end), end)
+        except Exception:  # noqa: BLE001 - best effort: a problem is still reported, at its row's line
+            pass
+        self.scanned[number] = found
+        return found
+
+    def _tokens(self, found: dict[PathKey, int], base: PathKey, start: int, end: int) -> None:
+        """Record the line of every key and array element from `start` to `end` (a valid document's
+        section; on anything else it records what it can and never loops or raises)."""
+        stack: list[_Frame] = []
+        top = _Frame(base, is_array=False)  # the section's own keys, one `key = value` a line
+
+        def value(path: PathKey, token: str, at: int) -> None:
+            for k in range(len(base) + 1, len(path) + 1):
+                found.setdefault(path[:k], self.line_at(at))
+            if token in ("[", "{"):
+                stack.append(_Frame(path, token == "["))
+
+        for m in _TOKEN.finditer(self.text, start, end):
+            kind, token = m.lastgroup, m.group()
+            if kind in ("ws", "comment") or (kind == "nl" and stack):
+                continue
+            frame = stack[-1] if stack else top
+            if kind == "nl":
+                top.next, top.keys = "key", []
+            elif token == ("]" if frame.is_array else "}") and stack:
+                stack.pop()
+            elif token == "," and stack:
+                frame.next, frame.keys = ("value" if frame.is_array else "key"), []
+            elif frame.next == "key":
+                if token == "=":
+                    frame.next = "value"
+                elif kind in ("string", "bare"):
+                    frame.keys.append(_unquote(token))
+            elif frame.next == "value":
+                frame.next = "past"
+                if frame.is_array:
+                    frame.count += 1
+                    value(frame.path + (frame.count - 1,), token, m.start())
+                else:
+                    value(frame.path + tuple(frame.keys), token, m.start())
+
+    def line(self, path: PathKey) -> int:
+        """The line of `path`, else of the nearest enclosing place found, else of its table's first
+        header; line 1 for the document itself."""
+        best = -1
+        for i, (hpath, _s, _e) in enumerate(self.sections):
+            if path[:len(hpath)] == hpath and (best < 0 or len(hpath) > len(self.sections[best][0])):
+                best = i
+        if best >= 0:
+            hpath, start, end = self.sections[best]
+            found = self._scan(best, hpath, start, end)
+            for k in range(len(path), len(hpath), -1):
+                if path[:k] in found:
+                    return found[path[:k]]
+            return self.line_at(start)
+        found = self._scan(-1, (), 0, self.prelude_end)
+        for k in range(len(path), 0, -1):
+            if path[:k] in found:
+                return found[path[:k]]
+        first = next((s for p, s, _e in self.sections if path and p[:1] == path[:1]), None)
+        return self.line_at(first) if first is not None else 1
+
+
+# ---------------------------------------------------------------- problems, kept with their place until the end
+
+_CLIP = 300  # characters of one problem's text: a value quoted in it is cut short
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 60, 60, 4, 4
+
+
+@dataclass
+class _Found:
+    """A problem at a place; its text may say {also}: the lines of the places in `also` (a duplicate's twin)."""
+
+    path: PathKey
+    text: str
+    also: tuple[PathKey, ...] = ()
+
+
+class _Doc:
+    """What one parse collects: every problem with its place, the tables that had one, and the row each
+    model value came from (its place and label, for the checks across rows)."""
+
+    def __init__(self) -> None:
+        self.found: list[_Found] = []
+        self.bad_tables: set[Union[str, int]] = set()
+        self.rows: dict[int, _Row] = {}
+
+    def problem(self, path: PathKey, text: str, also: tuple[PathKey, ...] = ()) -> _Found:
+        found = _Found(path, text, also)
+        self.found.append(found)
+        if path:
+            self.bad_tables.add(path[0])
+        return found
+
+    def at(self, item: Any, row: _Row) -> Any:
+        self.rows[id(item)] = row
+        return item
+
+    def path_of(self, item: Any) -> PathKey:
+        row = self.rows.get(id(item))
+        return row.path if row else ()
+
+    def label_of(self, item: Any) -> str:
+        row = self.rows.get(id(item))
+        return row.label if row else type(item).__name__
+
+    def problems(self, text: str) -> list[MatrixProblem]:
+        """Every problem with its line, in the file's order, each once and on one line."""
+        lines = _Lines(text)
+        out: dict[MatrixProblem, None] = {}
+        for f in self.found:
+            said = f.text.replace("{also}", ", ".join(f"line {lines.line(p)}" for p in f.also))
+            said = " ".join(said.split())
+            if len(said) > _CLIP:
+                said = said[:_CLIP - 1] + "\u2026"
+            out.setdefault(MatrixProblem(lines.line(f.path), said), None)
+        return sorted(out, key=lambda p: p.line)
+
+
+# ---------------------------------------------------------------- rows
+
+def _label(table: str, index: int) -> str:
+    return f"[[{table}]] #{index + 1}"
+
 
 class _Row:
-    """One row of a table and where it stands; records every problem instead of stopping at the first."""
+    """One row of a table (or a table inside a row: a torch variant, a DTK torch build) and where it
+    is; records every problem instead of stopping at the first."""
 
-    def __init__(self, table: str, index: int, line: int, data: Any, problems: list[str]) -> None:
-        self.table, self.index, self.line, self.data, self.problems = table, index, line, data, problems
+    def __init__(self, label: str, path: PathKey, data: Any, doc: _Doc) -> None:
+        self.label, self.path, self.data, self.doc = label, path, data, doc
         self.ok = True
+        self.missing: list[str] = []
+        self._missing: Optional[_Found] = None
 
-    def bad(self, key: str, why: str) -> None:
+    def bad(self, key: str, why: str, at: tuple[Union[str, int], ...] = ()) -> None:
+        """A problem with `key` (the row itself when empty), or with the element `at` of its value."""
         self.ok = False
-        self.problems.append(f"line {self.line}: [[{self.table}]] #{self.index + 1} `{key}`: {why}")
+        if key:
+            where = "".join(f" #{a + 1}" if isinstance(a, int) else f".{a}" for a in at)
+            self.doc.problem(self.path + (key, *at), f"{self.label} `{key}`{where}: {why}")
+        else:
+            self.doc.problem(self.path, f"{self.label}: {why}")
 
     def report(self, problem: Problem) -> None:
-        self.bad(problem.key, problem.why)
+        if problem.what == "missing" and problem.why == "missing":  # every missing key of a row: one problem
+            self.ok = False
+            if problem.key not in self.missing:
+                self.missing.append(problem.key)
+            text = f"{self.label}: missing {', '.join(f'`{k}`' for k in self.missing)}"
+            if self._missing is None:
+                self._missing = self.doc.problem(self.path, text)
+            self._missing.text = text
+            return
+        self.bad(problem.key, problem.why, problem.at)
 
-    def nested(self, table: str, data: Any) -> _Row:
-        """A table inside this row (a torch variant): reported at this row's line and number."""
-        return _Row(table, self.index, self.line, data, self.problems)
+    def nested(self, key: str, index: int, data: Any, what: str) -> _Row:
+        """The `index`th table of this row's `key` list, reported at its own line and number."""
+        return _Row(f"{self.label} {what} #{index + 1}", self.path + (key, index), data, self.doc)
 
     def read(self, table: Table, defaults: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         return table.read(self.data, self.report, defaults)
 
 
-def _header_lines(text: str, table: str) -> list[int]:
-    pat = re.compile(r"^\s*\[\[\s*" + re.escape(table) + r"\s*\]\]")
-    return [i + 1 for i, line in enumerate(text.splitlines()) if pat.match(line)]
-
-
-def _rows(raw: dict, text: str, table: str, problems: list[str]) -> list[_Row]:
+def _rows(raw: dict, table: str, doc: _Doc) -> list[_Row]:
     data = raw.get(table, [])
     if not isinstance(data, list):
-        problems.append(f"`{table}` must be an array of tables ([[{table}]])")
+        doc.problem((table,), f"`{table}` must be an array of tables ([[{table}]]), got {type_name(data)}")
         return []
-    lines = _header_lines(text, table)
-    return [_Row(table, i, lines[i] if i < len(lines) else 0, d, problems) for i, d in enumerate(data)]
+    return [_Row(_label(table, i), (table, i), d, doc) for i, d in enumerate(data)]
 
 
 # ---------------------------------------------------------------- converters
@@ -98,8 +314,46 @@ def _str_list(x: Any) -> tuple[str, ...]:
     return tuple(x)
 
 
+_CC_TEXT = re.compile(r"[1-9][0-9]?\.[0-9][af]?|sm_[1-9][0-9]+[af]?")
+_GFX_TEXT = re.compile(r"gfx[0-9]{2,3}[0-9a-f]")
+_GPU_ARCH = "sm_NN with NN >= 10 (sm_90, sm_100a) or gfxNNN (gfx942, gfx90a)"
+
+
+def _short(x: Any) -> str:
+    return _REPR.repr(x)
+
+
+def _cc(x: Any) -> CC:
+    """A compute capability as the matrix writes it: "8.6" (or sm_86); refused here, not in the resolver."""
+    if not isinstance(x, str) or not _CC_TEXT.fullmatch(x):
+        raise ValueError(f'{_short(x)} is not a compute capability like "8.6"')
+    return CC.parse(x)
+
+
 def _cc_list(x: Any) -> tuple[CC, ...]:
-    return tuple(CC.parse(i) for i in _str_list(x))
+    return tuple(_cc(i) for i in _str_list(x))
+
+
+def _gfx_list(x: Any) -> tuple[str, ...]:
+    archs = _str_list(x)
+    for a in archs:
+        if not _GFX_TEXT.fullmatch(a):
+            raise ValueError(f"{_short(a)} is not an AMD arch like gfx942 or gfx90a")
+    return archs
+
+
+def _gpu_arch(x: str) -> str:
+    if not (_GFX_TEXT.fullmatch(x) or (re.fullmatch(r"sm_[1-9][0-9]+[af]?", x) and CC.parse(x))):
+        raise ValueError(f"{_short(x)} is not an arch: write {_GPU_ARCH}")
+    return x
+
+
+def _finite(x: float) -> float:
+    """A count such as memory or bandwidth: finite and not negative (0: not known)."""
+    f = float(x)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"must be a number >= 0 (0: not known), got {_short(x)}")
+    return f
 
 
 def _version_list(x: Any) -> tuple[Version, ...]:
@@ -132,9 +386,9 @@ def _source(x: Any) -> str:
 
 
 def _strict_int(x: Any) -> int:
-    if isinstance(x, bool):
-        raise ValueError("expected an integer, got a boolean")
-    return int(x)
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"expected an integer, got {_short(x)}")
+    return x
 
 
 def _nonempty_wheels(x: list) -> tuple[str, ...]:
@@ -171,6 +425,10 @@ def _strs(key: str, default: Any = ()) -> Field:
     return Field(key, _str_list, list, default)
 
 
+def _gfx(key: str) -> Field:
+    return Field(key, _gfx_list, list, ())
+
+
 def _flag(key: str, default: Any = REQUIRED, attr: str = "") -> Field:
     return Field(key, bool, bool, default, attr=attr)
 
@@ -203,7 +461,7 @@ class _Spec:
             if problem:
                 r.bad(*problem)
             else:
-                out.append(item)
+                out.append(r.doc.at(item, r))
         return out
 
 
@@ -212,17 +470,19 @@ _CUDA = _Spec(CudaToolkit, Table.of(
     _req("archs", _cc_list, list), _req("cudnn"), _req("devel_image"), _req("runtime_image"), _req("os"), _SOURCE))
 
 _GPU = _Spec(Gpu, Table.of(
-    _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _pattern(r"sm_\d+|gfx[0-9a-f]+", "sm_90 or gfx942")),
-    _req("name"), _strs("aliases"), _req("memory_gb", float, (int, float)), _req("bandwidth_gbs", float, (int, float)),
-    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse)))
+    _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _gpu_arch),
+    _req("name"), _strs("aliases"), _req("memory_gb", _finite, (int, float)), _req("bandwidth_gbs", _finite, (int, float)),
+    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse)),
+    check=lambda x: None if x.arch.startswith("sm_" if x.vendor == "nvidia" else "gfx")
+    else ("arch", f"a {x.vendor} GPU's arch is {'sm_NN' if x.vendor == 'nvidia' else 'gfxNNN'}, not {x.arch}"))
 
 _GPU_DRIVER = _Spec(GpuDriver, Table.of(
-    _req("family"), _req("archs", _cc_list, list), _opt("min_driver", Driver.parse), _opt("last_branch", int, int),
+    _req("family"), _req("archs", _cc_list, list), _opt("min_driver", Driver.parse), _opt("last_branch", _strict_int, int),
     _CONFIDENCE, _SOURCE),
     check=lambda x: ("min_driver", "give min_driver, last_branch or both") if x.min_driver is None and x.last_branch is None else None)
 
 _ROCM = _Spec(Rocm, Table.of(
-    _VERSION, _strs("archs"), _opt("devel_image"), _opt("runtime_image"), _opt("os"), _SOURCE, extra=("confidence",)),
+    _VERSION, _gfx("archs"), _opt("devel_image"), _opt("runtime_image"), _opt("os"), _SOURCE, extra=("confidence",)),
     check=lambda x: ("devel_image", "give devel_image, runtime_image and os together, or none of them")
     if (x.devel_image is None) != (x.os is None) else None)
 
@@ -264,8 +524,21 @@ def _fa_wheel(w: Any) -> FaWheelBuild:
                         python=_python_list(w.get("python")), abi=tuple(abi))
 
 
+def _each(convert: Callable[[Any], T], items: list, *at: Union[str, int]) -> tuple[T, ...]:
+    """Each element converted; a refusal names the element (its index), so it is reported at its own line."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(convert(item))
+        except Invalid as exc:
+            raise Invalid(exc.why, exc.fix, (*at, i, *exc.at)) from None
+        except (ValueError, TypeError, InvalidVersion, InvalidSpecifier) as exc:
+            raise Invalid(str(exc) or f"invalid value {_short(item)}", at=(*at, i)) from None
+    return tuple(out)
+
+
 def _fa_wheels(items: list) -> tuple[FaWheelBuild, ...]:
-    return tuple(_fa_wheel(w) for w in items)
+    return _each(_fa_wheel, items)
 
 
 def _fa_remap(r: Any) -> FaRemap:
@@ -282,16 +555,20 @@ def _fa_rule(x: Any) -> tuple[Optional[str], tuple[FaRemap, ...]]:
         return None, ()
     if not isinstance(x, dict) or x.get("format") not in ("major", "major_minor"):
         raise ValueError('wheel_rule must be "none" or { format = "major" | "major_minor", remap = [...] }')
-    return x["format"], tuple(_fa_remap(r) for r in x.get("remap", []))
+    remap = x.get("remap", [])
+    if not isinstance(remap, list):
+        raise Invalid("wheel_rule.remap must be a list of tables", at=("remap",))
+    return x["format"], _each(_fa_remap, remap, "remap")
+
+
+def _fa_arch(a: Any) -> tuple[CC, SpecifierSet]:
+    if not isinstance(a, dict) or set(a) != {"arch", "nvcc"} or not isinstance(a["nvcc"], str):
+        raise ValueError('each archs entry is { arch = "8.0", nvcc = ">=11.6" }')
+    return _cc(a["arch"]), SpecifierSet(a["nvcc"])
 
 
 def _fa_archs(items: list) -> tuple[tuple[CC, SpecifierSet], ...]:
-    out = []
-    for a in items:
-        if not isinstance(a, dict) or set(a) != {"arch", "nvcc"}:
-            raise ValueError('each archs entry is { arch = "8.0", nvcc = ">=11.6" }')
-        out.append((CC.parse(a["arch"]), SpecifierSet(a["nvcc"])))
-    return tuple(out)
+    return _each(_fa_arch, items)
 
 
 def _fa_split_rule(values: dict[str, Any]) -> dict[str, Any]:
@@ -302,7 +579,7 @@ def _fa_split_rule(values: dict[str, Any]) -> dict[str, Any]:
 _FLASH_ATTN = _Spec(FlashAttn, Table.of(
     _req("wheel_rule", _fa_rule, (str, dict)), _VERSION, _opt("tag", default=""), _req("python", SpecifierSet),
     _req("torch", SpecifierSet), _req("nvcc", SpecifierSet), _req("wheel_set", _one_of("wheel_set", "workflow", "none", "unknown")),
-    Field("wheels", _fa_wheels, list, ()), _req("archs", _fa_archs, list), _opt("rocm", SpecifierSet), _strs("rocm_archs"),
+    Field("wheels", _fa_wheels, list, ()), _req("archs", _fa_archs, list), _opt("rocm", SpecifierSet), _gfx("rocm_archs"),
     _strs("kernels"), _flag("kernel_setup_py", False), _CONFIDENCE, _SOURCE),
     check=lambda x: ("wheels", f"wheels are listed but wheel_set is {x.wheel_set!r}") if x.wheel_set != "workflow" and x.wheels else None,
     adapt=_fa_split_rule)
@@ -322,18 +599,18 @@ def _vllm_build(key: str, b: Any) -> VllmBuild:
     return VllmBuild(toolkit=Version(_str_field(b, key)), wheel=wheel, status=b.get("status", "documented"),
                      source=str(b.get("source", "")),
                      archs=None if "archs" not in b else _cc_list(b["archs"] if isinstance(b["archs"], list) else None),
-                     ptx=None if "ptx" not in b else CC.parse(_str_field(b, "ptx")),
+                     ptx=None if "ptx" not in b else _cc(b["ptx"]),
                      python=None if "python" not in b else _python_list(b["python"]))
 
 
 def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
-    return lambda items: tuple(_vllm_build(key, b) for b in items)
+    return lambda items: _each(functools.partial(_vllm_build, key), items)
 
 
 _VLLM = _Spec(Vllm, Table.of(
     _VERSION, _req("torch", SpecifierSet), _req("python", SpecifierSet), _req("wheels", _nonempty_wheels, list),
     _opt("wheel_cuda", Version), _opt("wheel_cuda_major", _strict_int, int), _opt("cuda_archs", _cc_list, list),
-    _opt("cuda_ptx", CC.parse), _opt("archs_from", default=""), _strs("rocm_archs"),
+    _opt("cuda_ptx", _cc), _opt("archs_from", default=""), _gfx("rocm_archs"),
     Field("variants", _vllm_builds("cuda"), list, ()), Field("rocm_wheels", _vllm_builds("rocm"), list, ()),
     _CONFIDENCE, _SOURCE, _strs("missing_deps"), extra=("python_from", "rocm_archs_from")))
 
@@ -344,7 +621,7 @@ _TORCH = Table.of(_req("versions", _version_list, list), _req("python", Specifie
 
 _VARIANT_HEAD = Table.of(_req("name"), _opt("only", SpecifierSet))
 _VARIANT_BODY = Table.of(
-    _opt("cuda", Version), _opt("rocm", Version), _strs("archs"), _CONFIDENCE, _opt("ptx", CC.parse), _flag("cxx11abi"),
+    _opt("cuda", Version), _opt("rocm", Version), _strs("archs"), _CONFIDENCE, _opt("ptx", _cc), _flag("cxx11abi"),
     _req("python", SpecifierSet), _req("index_url"), _SOURCE, _opt("note", default=""), _flag("pypi", False),
     _flag("cxx11abi_inferred", False))
 _VARIANT = _VARIANT_HEAD + _VARIANT_BODY
@@ -355,18 +632,20 @@ def _check_variant(vr: _Row, name: Optional[str], platform: str, archs_known: bo
         vr.bad("name", "a variant without `cuda` or `rocm` must be named 'cpu'")
     if not archs_known and v["confidence"] != "inferred":
         vr.bad("archs", "a build without its arch list must say confidence = \"inferred\"")
-    if platform == "cuda":
-        for a in v["archs"] or ():
-            try:
-                CC.parse(a)
-            except ValueError as exc:
-                vr.bad("archs", str(exc))
+    archs = list(v["archs"] or ())
+    try:
+        if platform == "cuda":
+            _cc_list(archs)
+        elif platform == "rocm":
+            _gfx_list(archs)
+    except ValueError as exc:
+        vr.bad("archs", str(exc))
 
 
-def _torch_variant(r: _Row, version: Version, inherited: dict[str, Any], variant: Any) -> Optional[TorchBuild]:
-    vr = r.nested("torch.variants", variant)
+def _torch_variant(vr: _Row, version: Version, inherited: dict[str, Any]) -> Optional[TorchBuild]:
+    variant = vr.data
     if not isinstance(variant, dict):
-        vr.bad("variants", f"expected a table, got {type(variant).__name__}")
+        vr.bad("", f"a variant must be a table like {{ name = \"cu121\", cuda = \"12.1\", ... }}, got {type_name(variant)}")
         return None
     _VARIANT.check_keys(variant, vr.report)
     head = _VARIANT_HEAD.convert(variant, vr.report)
@@ -393,17 +672,25 @@ def _read_torch(rows: list[_Row]) -> list[TorchBuild]:
         if not r.ok:
             continue
         inherited = {"python": row["python"], "source": row["source"]}
+        variants = [r.nested("variants", j, variant, "variant") for j, variant in enumerate(row["variants"])]
         for version in row["versions"]:
-            for variant in row["variants"]:
-                b = _torch_variant(r, version, inherited, variant)
+            for vr in variants:
+                b = _torch_variant(vr, version, inherited)
                 if b is not None:
-                    out.append(b)
+                    out.append(r.doc.at(b, vr))
     return out
 
 
 # ---------------------------------------------------------------- DTK: a release and the torch builds for it
 
-_DTK = Table.of(_VERSION, _req("rocm"), _opt("image_hint", default=""), _SOURCE, Field("torch", kind=list, default=[]))
+def _dtk_version(x: str) -> Version:
+    if not re.fullmatch(r"[0-9]{2}\.[0-9]{2}(\.[0-9]+)?", x):
+        raise ValueError(f"a DTK version is YY.MM like 24.04, not {_short(x)}")
+    return Version(x)
+
+
+_DTK = Table.of(_req("version", _dtk_version), _req("rocm"), _opt("image_hint", default=""), _SOURCE,
+                Field("torch", kind=list, default=[]))
 _DTK_TORCH = Table.of(_VERSION, _flag("cxx11abi"), _req("python", SpecifierSet), _req("wheel"), _req("local"), _CONFIDENCE, _SOURCE)
 
 
@@ -422,11 +709,12 @@ def _read_dtk(rows: list[_Row]) -> tuple[list[Dtk], list[TorchBuild]]:
             continue
         torches = values.pop("torch")
         d = Dtk(**values)
-        out.append(d)
-        for t in torches:
-            b = _dtk_torch(d, r.nested("dtk.torch", t))
+        out.append(r.doc.at(d, r))
+        for j, t in enumerate(torches):
+            tr = r.nested("torch", j, t, "torch build")
+            b = _dtk_torch(d, tr)
             if b is not None:
-                builds.append(b)
+                builds.append(r.doc.at(b, tr))
     return out, builds
 
 
@@ -438,54 +726,76 @@ _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
     "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
 }
 
+MAX_DEPTH = 16
+"""Arrays and tables nest at most this deep (matrix.toml's deepest value is 6 levels down)."""
+MAX_BYTES = 64 * 2**20
+MAX_DIGITS = 4300  # Python's limit on converting a decimal string to int, which tomllib meets first
 
-def _read_tables(raw: dict, text: str, problems: list[str]) -> dict[str, Any]:
+
+def _read_tables(raw: dict, doc: _Doc) -> dict[str, Any]:
     if raw.get("schema") != 1:
-        problems.append("top-level `schema = 1` is missing or unsupported")
+        doc.problem(("schema",), "top-level `schema = 1` is missing or unsupported")
     for key in raw:
         if key != "schema" and key not in _TABLES:
-            problems.append(f"unknown table `{key}`")
-    return {table: read(_rows(raw, text, table, problems)) for table, read in _TABLES.items()}
+            doc.problem((key,), f"unknown table `{key}` (known: {', '.join(_TABLES)})")
+    return {table: read(_rows(raw, table, doc)) for table, read in _TABLES.items()}
 
 
-def _duplicates(items: list, key: Callable[[Any], Any], what: str, problems: list[str]) -> None:
-    seen: set = set()
-    for it in items:
-        k = key(it)
-        if k in seen:
-            problems.append(f"duplicate {what}: {k}")
-        seen.add(k)
+def _duplicates(doc: _Doc, keyed: list[tuple[Any, Any]], what: str) -> None:
+    """Each item after the first with the same key: a problem at its own line naming the first's."""
+    first: dict[Any, Any] = {}
+    for key, item in keyed:
+        if key in first:
+            doc.problem(doc.path_of(item), f"{doc.label_of(item)}: duplicate {what} {key} (first at {{also}})",
+                        also=(doc.path_of(first[key]),))
+        else:
+            first[key] = item
 
 
-def _check_unique(t: dict[str, Any], problems: list[str]) -> None:
-    torch, (_, dtk_torch) = t["torch"], t["dtk"]
-    _duplicates(t["cuda"], lambda c: c.version, "cuda version", problems)
-    _duplicates(torch + dtk_torch, lambda b: b.pin, "torch build", problems)
-    _duplicates([b for b in torch if b.pypi], lambda b: str(b.version), "PyPI build (pypi = true) of torch", problems)
-    _duplicates(t["flash_attn"], lambda f: f.version, "flash_attn version", problems)
-    _duplicates(t["vllm"], lambda v: v.version, "vllm version", problems)
-    names = [gpu_name_key(n) for g in t["gpu"] for n in (g.name, *g.aliases)]
-    _duplicates(names, lambda n: n, "gpu name or alias", problems)
-    _duplicates(t["os"], lambda o: o.name, "os name", problems)
-    _duplicates([a for d in t["gpu_driver"] for a in d.archs], lambda a: a.sm, "gpu_driver arch", problems)
+def _check_unique(t: dict[str, Any], doc: _Doc) -> None:
+    torch, (dtk, dtk_torch) = t["torch"], t["dtk"]
+    for table, what in (("cuda", "[[cuda]] version"), ("rocm", "[[rocm]] version"), ("python", "[[python]] version"),
+                        ("flash_attn", "[[flash_attn]] version"), ("vllm", "[[vllm]] version")):
+        _duplicates(doc, [(x.version, x) for x in t[table]], what)
+    _duplicates(doc, [(dtk_text(d.version), d) for d in dtk], "[[dtk]] version")
+    _duplicates(doc, [(b.pin, b) for b in torch + dtk_torch], "torch build")
+    _duplicates(doc, [(str(b.version), b) for b in torch if b.pypi], "PyPI build (pypi = true) of torch")
+    _duplicates(doc, [(gpu_name_key(n), g) for g in t["gpu"] for n in dict.fromkeys((g.name, *g.aliases))],
+                "gpu name or alias (compared without case, spaces or punctuation)")
+    _duplicates(doc, [(o.name, o) for o in t["os"]], "[[os]] name")
+    _duplicates(doc, [(a.sm, d) for d in t["gpu_driver"] for a in dict.fromkeys(d.archs)], "gpu_driver arch")
+    _duplicates(doc, [(x.torch, x) for x in t["torch_abi_break"]], "[[torch_abi_break]] torch")
+    _duplicates(doc, [((str(x.flash_attn), x.torch, x.cxx11abi), x) for x in t["flash_attn_broken"]],
+                "[[flash_attn_broken]] (flash_attn, torch, cxx11abi)")
 
 
-def _check_references(t: dict[str, Any], problems: list[str]) -> None:
+def _check_references(t: dict[str, Any], doc: _Doc) -> None:
+    """Rows that name a row of another table; a table with a bad row of its own is not asked (its rows were
+    left out, and every reference to them would be a second report of the same problem)."""
     torch, oses = t["torch"], t["os"]
+    checked = {table: table not in doc.bad_tables for table in _TABLES}
     os_names = {o.name for o in oses}
     for row in [*t["cuda"], *t["rocm"]]:
-        if row.os is not None and row.os not in os_names:
-            problems.append(f"{type(row).__name__.lower()} {row.version}: os {row.os!r} has no [[os]] row")
-    if sum(1 for o in oses if o.cpu_image) != 1:
-        problems.append("exactly one [[os]] row must name the cpu_image")
+        if checked["os"] and row.os is not None and row.os not in os_names:
+            doc.problem(doc.path_of(row) + ("os",), f"{doc.label_of(row)} `os`: {row.os!r} has no [[os]] row")
+    with_image = [o for o in oses if o.cpu_image]
+    if checked["os"] and not with_image:
+        doc.problem(("os",), "no [[os]] row names the cpu_image: exactly one must")
+    for extra in with_image[1:]:
+        doc.problem(doc.path_of(extra) + ("cpu_image",),
+                    f"{doc.label_of(extra)} `cpu_image`: exactly one [[os]] row names the cpu_image; {{also}} does too",
+                    also=(doc.path_of(with_image[0]) + ("cpu_image",),))
     toolkits = {"cuda": {c.version for c in t["cuda"]}, "rocm": {r.version for r in t["rocm"]}}
     for b in torch:
-        if b.platform in toolkits and b.toolkit not in toolkits[b.platform]:
-            problems.append(f"torch {b.pin}: {b.platform} {b.toolkit} has no [[{b.platform}]] row")
+        if b.platform in toolkits and checked[b.platform] and b.toolkit not in toolkits[b.platform]:
+            doc.problem(doc.path_of(b) + (b.platform,),
+                        f"{doc.label_of(b)} `{b.platform}`: torch {b.pin} needs {b.platform} {b.toolkit}, "
+                        f"which has no [[{b.platform}]] row")
     torch_versions = {b.version for b in torch} | {b.version for b in t["dtk"][1]}
     for v in t["vllm"]:
-        if not any(tv in v.torch for tv in torch_versions):
-            problems.append(f"vllm {v.version}: torch {v.torch} matches no [[torch]] row")
+        if checked["torch"] and checked["dtk"] and not any(tv in v.torch for tv in torch_versions):
+            doc.problem(doc.path_of(v) + ("torch",), f"{doc.label_of(v)} `torch`: vllm {v.version} needs torch {v.torch}, "
+                        "which matches no [[torch]] row")
 
 
 def _by_version(items: list) -> tuple:
@@ -502,18 +812,71 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         os=tuple(t["os"]), raw=raw)
 
 
-def parse(text: str, path: str = "matrix.toml") -> Matrix:
+def _decode(data: bytes, path: str) -> str:
     try:
-        raw = tomllib.loads(text)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise MatrixError([MatrixProblem(line, f"byte 0x{data[exc.start]:02x} (column {column}, offset {exc.start}) "
+                                               "is not UTF-8: save matrix.toml as UTF-8")], path) from None
+
+
+def _nesting_line(text: str) -> int:
+    """The line where arrays and inline tables first nest deeper than MAX_DEPTH (1 if they never do)."""
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return text.count("\n", 0, m.start()) + 1
+        elif token in ("]", "}"):
+            depth = max(0, depth - 1)
+    return 1
+
+
+def _toml(text: str, path: str) -> dict:
+    def refuse(line: int, why: str) -> MatrixError:
+        return MatrixError([MatrixProblem(max(1, line), why)], path)
+
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise MatrixError([f"not valid TOML: {exc}"], path) from None
-    problems: list[str] = []
-    tables = _read_tables(raw, text, problems)
-    _check_unique(tables, problems)
-    _check_references(tables, problems)
-    if problems:
-        raise MatrixError(list(dict.fromkeys(problems)), path)
+        msg = str(exc)
+        at = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        if at:
+            raise refuse(int(at.group(1)), f"not valid TOML: {msg[:at.start()].strip()} (column {at.group(2)})") from None
+        raise refuse(text.count("\n") + 1, f"not valid TOML: {re.sub(r' ?[(]at end of document[)]', '', msg)} (at the end)") from None
+    except RecursionError:
+        raise refuse(_nesting_line(text), f"arrays or inline tables nested more than {MAX_DEPTH} deep") from None
+    except ValueError as exc:  # tomllib lets int()'s digit limit through
+        long = re.search(r"[0-9][0-9_]{%d,}" % MAX_DIGITS, text)
+        if long:
+            raise refuse(text.count("\n", 0, long.start()) + 1, f"an integer of more than {MAX_DIGITS} digits") from None
+        raise refuse(1, f"not valid TOML: {_short(str(exc))}") from None
+
+
+def _validate(raw: dict, text: Callable[[], str], path: str) -> Matrix:
+    """The parsed document as a Matrix, or MatrixError with every problem; `text` gives the file's text,
+    asked for only to find the lines of problems."""
+    deep = too_deep(raw, MAX_DEPTH)
+    if deep is not None:
+        raise MatrixError([MatrixProblem(_Lines(text()).line(deep), f"arrays or tables nested more than {MAX_DEPTH} deep")], path)
+    doc = _Doc()
+    tables = _read_tables(raw, doc)
+    _check_unique(tables, doc)
+    _check_references(tables, doc)
+    if doc.found:
+        raise MatrixError(doc.problems(text()), path)
     return _assemble(tables, path, raw)
+
+
+def parse(source: Union[str, bytes], path: str = "matrix.toml") -> Matrix:
+    """Validate matrix.toml's text (or bytes, which must be UTF-8) into a Matrix; MatrixError lists every
+    problem, each with its line."""
+    text = _decode(source, path) if isinstance(source, bytes) else source
+    return _validate(_toml(text, path), lambda: text, path)
 
 
 def default_path() -> Path:
@@ -523,42 +886,71 @@ def default_path() -> Path:
     return data.matrix_toml()
 
 
-def _cache_file(text: str) -> Optional[Path]:
+def _read(p: Path) -> bytes:
+    """The file's bytes, at most MAX_BYTES; a file that cannot be read is bad input (exit 2), not a bad matrix."""
+    fix = "give an existing matrix.toml, or leave --matrix out for the built-in one"
+    too_big = InputError(f"matrix file {p} is larger than {MAX_BYTES // 2**20} MiB: not a matrix.toml", fix)
+    try:
+        with open(p, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                raise InputError(f"matrix file {p} is a device, not a file", fix)
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_BYTES:
+                raise too_big
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read matrix file {p}: {exc.strerror or exc}", fix) from None
+    if len(data) > MAX_BYTES:
+        raise too_big
+    return data
+
+
+def _cache_file(data: bytes) -> Optional[Path]:
     if os.environ.get("ENVKIT_NO_CACHE"):
         return None
     from envkit import __version__
 
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit"
-    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-    return base / f"matrix-{digest}-{__version__}-py{sys.version_info[0]}{sys.version_info[1]}.pickle"
+    return base / f"matrix-{hashlib.sha256(data).hexdigest()[:24]}-{__version__}.json"
+
+
+def _cached(cache: Path) -> Optional[dict]:
+    try:
+        doc = json.loads(cache.read_bytes())
+    except (OSError, ValueError, RecursionError):  # missing, unreadable or not JSON: parsed again
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _store(cache: Path, raw: dict) -> None:
+    try:
+        text = json.dumps(raw)
+    except (TypeError, ValueError, RecursionError):  # a TOML date or time: nothing cached
+        return
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # build --all loads in threads
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass
 
 
 @functools.lru_cache(maxsize=4)
 def load(path: Optional[str] = None) -> Matrix:
-    """Parse and validate once; a valid matrix is cached by the hash of its text, so later
-    processes skip the parse (the cache is only a copy: delete it any time)."""
+    """Read, parse and validate matrix.toml (once per process and path).
+
+    The parsed TOML document of a valid matrix is kept as JSON in ~/.cache/envkit, keyed by the hash of the file,
+    so a later process skips the TOML parse (about half of the load); every row is validated every time, so the
+    cache holds plain data and nothing in it can run code (ENVKIT_NO_CACHE=1 turns it off)."""
     p = Path(path) if path else default_path()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MatrixError([f"cannot read: {exc.strerror}"], str(p)) from None
-    cache = _cache_file(text)
+    data = _read(p)
+    cache = _cache_file(data)
+    raw = _cached(cache) if cache is not None else None
+    if raw is not None:
+        return _validate(raw, lambda: _decode(data, str(p)), str(p))
+    text = _decode(data, str(p))
+    m = _validate(_toml(text, str(p)), lambda: text, str(p))
     if cache is not None:
-        try:
-            with cache.open("rb") as fh:
-                m = pickle.load(fh)
-            if isinstance(m, Matrix):
-                return replace(m, path=str(p))
-        except Exception:  # a missing, stale or unreadable cache is rebuilt
-            pass
-    m = parse(text, str(p))
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # build --all loads in threads
-            with tmp.open("wb") as fh:
-                pickle.dump(m, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, cache)
-        except OSError:
-            pass
+        _store(cache, m.raw)
     return m

@@ -1,15 +1,20 @@
 """The site mirror profile (SITE.toml): where an intranet site keeps its apt, pip, wheel and image
-mirrors. Parsed once into a frozen Site; the planner reads nothing else about the site.
+mirrors. Parsed once into a frozen Site; the planner reads nothing else about the site. Credentials never
+appear here: `netrc = true` in [pip] or [apt] says that the mirror asks for a login, and `envkit build
+--secret netrc=FILE` (apt: `--secret apt-netrc=FILE`) gives the file at build time, mounted by the steps that
+need it and never written into a layer (model.site.BuildSecret).
 
     [apt]
     mirror = "http://10.0.0.5/ubuntu"            # replaces the distro archive in sources.list and .sources
     security = "http://10.0.0.5/ubuntu"          # optional; Ubuntu: defaults to mirror, Debian: mirror + "-security"
     remove_vendor_lists = true                    # cuda*.list, nvidia-ml, rocm, amdgpu lists (default true)
+    # netrc = true                                # the mirror asks for a login: build with --secret apt-netrc=FILE
 
     [pip]
     index_url = "http://10.0.0.5/pypi/simple"
     trusted_hosts = ["10.0.0.5"]
     extra_index_urls = []
+    # netrc = true                                # the index asks for a login: build with --secret netrc=FILE
 
     [rewrite]                                     # upstream URL prefix -> the site's mirror of it
     "https://download.pytorch.org/whl" = "http://10.0.0.5/pytorch-whl"
@@ -44,11 +49,22 @@ from urllib.parse import urlsplit
 from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_bytes, read_text
 from envkit.errors import InputError
-from envkit.model.site import Site
+from envkit.model.site import APT_NETRC, PIP_NETRC, BuildSecret, Site
 
 _SECRET_KEY = re.compile(r"pass(word)?|token|secret|api[_-]?key|auth", re.I)
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*(:\d+)?")
+_SECRET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+# How a login reaches each kind of mirror: as a build secret, never through the site file or a layer.
+SITE_SECTION = "see the README's site file section"
+_PIP_LOGIN = (f"put the login in a netrc file, set [pip] netrc = true, and pass the file at build time: "
+              f"envkit build --secret {PIP_NETRC.id}=FILE ({SITE_SECTION})")
+_APT_LOGIN = (f"put the login in an apt auth.conf file (netrc format), set [apt] netrc = true, and pass it at build time: "
+              f"envkit build --secret {APT_NETRC.id}=FILE ({SITE_SECTION})")
+_PROXY_LOGIN = ("let the build host through the proxy without a login (a proxy login would ride in the build args), "
+                "or reach the site's mirrors without the proxy")
+_IMAGE_LOGIN = "log in on the build host (docker login or podman login: the engine pulls with it) and name the image without them"
 
 
 def _bad(path: str, what: str, fix: str) -> InputError:
@@ -57,7 +73,14 @@ def _bad(path: str, what: str, fix: str) -> InputError:
 
 # ---------------------------------------------------------------- converters: their messages follow the key's place
 
-def _url(value: Any) -> str:
+def _url_with(login_fix: str) -> Callable[[Any], str]:
+    """The URL converter of one kind of mirror; `login_fix` says how a login reaches that mirror instead."""
+    def convert(value: Any) -> str:
+        return _url(value, login_fix)
+    return convert
+
+
+def _url(value: Any, login_fix: str = _PIP_LOGIN) -> str:
     if not isinstance(value, str) or not re.match(r"(https?|file)://\S+$", value):
         raise Invalid(f"must be an http(s):// URL, got {value!r}", 'write {where} = "http://mirror.host/path"')
     if re.search(r"[#'\"`$\\;&|<>()\s]", value):
@@ -69,11 +92,10 @@ def _url(value: Any) -> str:
         raise Invalid(f"is not a valid URL ({exc})", "write it as http://host[:port]/path") from None
     if parts.username or parts.password:
         raise Invalid(f"carries credentials ({parts.username}@...): they would be written into an image layer",
-                      "use a read-only mirror URL without credentials, or log in on the build host (pip keyring/netrc) outside the image")
+                      f"write the URL without them; {login_fix}")
     if parts.query:
         raise Invalid("has a query string (?...): it would be written into the image (pip.conf, site.env, RUN lines), "
-                      "and query strings carry tokens", "give the mirror's plain URL; a mirror that needs a token is not supported "
-                      "yet (envkit never writes a credential into an image)")
+                      "and query strings carry tokens", f"give the mirror's plain URL; if it asks for a login, {login_fix}")
     return value.rstrip("/")
 
 
@@ -82,7 +104,7 @@ def _image(value: Any) -> str:
     ref = _image_text(value)
     if "@" in ref and not re.match(r"sha(256|384|512):", ref.split("@", 1)[1]):
         raise Invalid(f"carries credentials ({ref.split('@', 1)[0].split(':', 1)[0]}@...): they would be written into the "
-                      "Dockerfile's FROM line and the plan", "log in on the build host (docker login) and name the image without them")
+                      "Dockerfile's FROM line and the plan", _IMAGE_LOGIN)
     return ref
 
 
@@ -100,7 +122,14 @@ def _str_list(value: Any) -> tuple[str, ...]:
 
 
 def _url_list(value: Any) -> tuple[str, ...]:
-    return tuple(_url(u) for u in _str_list(value))
+    return tuple(_url(u, _PIP_LOGIN) for u in _str_list(value))
+
+
+def _netrc(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid("must be true or false: the site file says that the mirror asks for a login, never the login or "
+                      "where its file lies", "write {where} = true and give the file at build time (envkit build --secret ID=FILE)")
+    return value
 
 
 def _hosts(value: Any) -> tuple[str, ...]:
@@ -116,7 +145,7 @@ def _registry_prefix(value: Any) -> str:
         raise Invalid("must be a registry host[/path] without a scheme", 'write prefix = "registry.corp:5000"')
     if "@" in value:
         raise Invalid(f"carries credentials ({value.split('@', 1)[0].split(':', 1)[0]}@...): they would be written into every "
-                      "FROM line and the plan", "log in on the build host (docker login) and write prefix = \"registry.corp:5000\"")
+                      "FROM line and the plan", _IMAGE_LOGIN.replace("name the image without them", 'write prefix = "registry.corp:5000"'))
     return value.strip("/")
 
 
@@ -127,10 +156,12 @@ def _opt(key: str, convert: Callable[[Any], Any], default: Any = None) -> Field:
 # ---------------------------------------------------------------- the tables; None: a free map, read by hand
 
 _TABLES: dict[str, Optional[Table]] = {
-    "apt": Table.of(_opt("remove_vendor_lists", boolean, True), _opt("mirror", _url), _opt("security", _url)),
-    "pip": Table.of(_opt("trusted_hosts", _hosts, ()), _opt("index_url", _url), _opt("extra_index_urls", _url_list, ())),
+    "apt": Table.of(_opt("remove_vendor_lists", boolean, True), _opt("mirror", _url_with(_APT_LOGIN)),
+                    _opt("security", _url_with(_APT_LOGIN)), _opt("netrc", _netrc, False)),
+    "pip": Table.of(_opt("trusted_hosts", _hosts, ()), _opt("index_url", _url_with(_PIP_LOGIN)), _opt("extra_index_urls", _url_list, ()),
+                    _opt("netrc", _netrc, False)),
     "rewrite": None,
-    "proxy": Table.of(_opt("http", _url), _opt("https", _url), _opt("no_proxy", _no_proxy)),
+    "proxy": Table.of(_opt("http", _url_with(_PROXY_LOGIN)), _opt("https", _url_with(_PROXY_LOGIN)), _opt("no_proxy", _no_proxy)),
     "ca": Table.of(_opt("cert", str)),
     "registry": Table.of(_opt("prefix", _registry_prefix)),
     "images": None,
@@ -161,8 +192,9 @@ def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
         if isinstance(value, dict):
             _check_no_secrets(path, value, here)
         elif _SECRET_KEY.search(key) and where not in ("rewrite", "images"):
-            raise _bad(path, f"`{here}` looks like a credential: envkit never writes credentials into an image",
-                       "remove it; give the build host its credentials (docker login, pip keyring) outside the image")
+            login = {"pip": _PIP_LOGIN, "apt": _APT_LOGIN, "proxy": _PROXY_LOGIN}.get(where.split(".")[0], f"{_PIP_LOGIN}; images: {_IMAGE_LOGIN}")
+            raise _bad(path, f"`{here}` looks like a credential: envkit never writes credentials into an image or a site file",
+                       f"remove it; {login}")
 
 
 def _check_tables(path: str, raw: dict) -> None:
@@ -176,7 +208,7 @@ def _check_tables(path: str, raw: dict) -> None:
             spec.check_keys(value, _raise_problem(path, table))
 
 
-_MAPS = {"rewrite": _url, "images": _image}
+_MAPS = {"rewrite": _url_with(_PIP_LOGIN), "images": _image}
 _READ_ORDER = ("apt", "rewrite", "proxy", "ca", "images", "registry", "dtk", "pip")  # the first problem found is the one named
 
 
@@ -242,8 +274,33 @@ def parse(text: str, path: str, read_file: Optional[Callable[[Path], bytes]] = N
         dtk_devel=dtk["devel_image"],
         dtk_runtime=dtk["runtime_image"] or dtk["devel_image"],
         dtk_os=dtk["os"],
+        pip_netrc=pip["netrc"],
+        apt_netrc=apt["netrc"],
     )
 
 
 def load(path: str) -> Site:
     return parse(read_text(path, "site file", "give the path of a SITE.toml"), path)
+
+
+def secret_arg(spec: str) -> tuple[str, str]:
+    """`--secret ID=FILE`, or docker's `id=ID,src=FILE` (also `source=`, `type=file`): (id, file as given).
+    Only the file's place is read here; what it holds is never read, printed or logged."""
+    fix = f"write --secret ID=FILE (e.g. --secret {PIP_NETRC.id}=~/.netrc) or --secret id=ID,src=FILE"
+    if re.match(r"(id|src|source|type)=", spec):  # docker's form
+        parts = [part.partition("=") for part in spec.split(",")]
+        fields = {key: value for key, _, value in parts}
+        if any(not eq for _, eq, _ in parts) or len(fields) != len(parts) or not set(fields) <= {"id", "src", "source", "type"} \
+                or fields.get("type", "file") != "file":
+            raise InputError("a --secret in docker's form takes only id=, src= (or source=) and type=file, each once", fix)
+        ident, src = fields.get("id", ""), fields.get("src") or fields.get("source") or ""
+    else:
+        ident, _, src = spec.partition("=")
+    if not _SECRET_ID.fullmatch(ident) or not src:
+        raise InputError("a --secret names no id and file (the value is not echoed: it might be the secret itself)", fix)
+    return ident, src
+
+
+def known_secret(ident: str) -> Optional[BuildSecret]:
+    """The build secret a site file can ask for, by its id (None: no site setting asks for that id)."""
+    return next((secret for secret in (PIP_NETRC, APT_NETRC) if secret.id == ident), None)

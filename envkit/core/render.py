@@ -35,6 +35,7 @@ from envkit.model.plan import (
 )
 
 STAGE_WHY = {
+from envkit.model.site import BuildSecret
     "build": "devel image; compiles what must be compiled, installs everything into one venv",
     "runtime": "runtime image; the venv from the build stage, no compiler",
 }
@@ -110,6 +111,26 @@ class _Rendering:
 def _payload_text(payload: StepPayload, step: Step, r: _Rendering) -> str:
     raise TypeError(f"step `{step.id}`: no Dockerfile fragment renders {type(payload).__name__}")
 
+    def secrets(self, steps: str) -> tuple[BuildSecret, ...]:
+        """The build secrets `steps` ("pip", "apt") mount: the site's, unless offline (nothing is reached then)."""
+        return () if self.plan.options.offline else tuple(s for s in self.plan.site.secrets() if s.steps == steps)
+
+
+SECRET_MOUNT = "--mount=type=secret,id={id},target={target} "
+_SECRET_MOUNTED = re.compile(r"--mount=type=secret,id=([A-Za-z0-9._-]+)")
+
+
+def _mounted(text: str, secrets: tuple[BuildSecret, ...]) -> str:
+    """Every RUN of a step's text with the secrets mounted (BuildKit's and Podman's syntax): the file is there while the
+    command runs and in no layer. Without secrets the text is unchanged."""
+    mounts = "".join(SECRET_MOUNT.format(id=s.id, target=s.target) for s in secrets)
+    return re.sub(r"^RUN ", "RUN " + mounts, text, flags=re.M) if mounts else text
+
+
+def secret_ids(dockerfile_text: str) -> tuple[str, ...]:
+    """The ids of the build secrets a Dockerfile mounts, sorted, each once."""
+    return tuple(sorted(set(_SECRET_MOUNTED.findall(dockerfile_text))))
+
 
 @_payload_text.register
 def _site(payload: SiteSettingsStep, step: Step, r: _Rendering) -> str:
@@ -121,7 +142,7 @@ def _apt(payload: AptStep, step: Step, r: _Rendering) -> str:
     packages = APT_PACKAGE_SEPARATOR.join(payload.packages)
     if payload.from_carried_repository:
         return r.fragment("apt-offline", stage=payload.stage, packages=packages)
-    return r.fragment("apt", packages=packages)
+    return _mounted(r.fragment("apt", packages=packages), r.secrets("apt"))
 
 
 @_payload_text.register
@@ -138,7 +159,7 @@ def _venv(payload: VenvStep, step: Step, r: _Rendering) -> str:
 @_payload_text.register
 def _pip(payload: PipStep, step: Step, r: _Rendering) -> str:
     args = "".join(f"{arg} " for arg in payload.pip_source)
-    return r.fragment("pip", args=args, packages=" ".join(payload.packages))
+    return _mounted(r.fragment("pip", args=args, packages=" ".join(payload.packages)), r.secrets("pip"))
 
 
 @_payload_text.register

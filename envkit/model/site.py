@@ -7,6 +7,24 @@ from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
+class BuildSecret:
+    """A file the build mounts for the steps that need it and never writes into a layer: the site file
+    says that a mirror asks for a login, `envkit build --secret ID=FILE` gives the file."""
+
+    id: str
+    target: str  # where the RUN step sees it
+    steps: str  # which steps mount it
+    key: str  # the site file's key that asks for it
+    what: str  # what the file holds
+
+
+PIP_NETRC = BuildSecret("netrc", "/root/.netrc", "pip", "[pip] netrc",
+                        "a netrc file (machine HOST login USER password PASS) for the index hosts")
+APT_NETRC = BuildSecret("apt-netrc", "/etc/apt/auth.conf.d/envkit-site.conf", "apt", "[apt] netrc",
+                        "an apt auth.conf (netrc format; `machine http://HOST` for a plain-http mirror)")
+
+
+@dataclass(frozen=True)
 class Site:
     path: str = ""
     apt_mirror: Optional[str] = None
@@ -23,10 +41,16 @@ class Site:
     dtk_devel: Optional[str] = None
     dtk_runtime: Optional[str] = None
     dtk_os: Optional[str] = None
+    pip_netrc: bool = False  # pip's index asks for a login: the netrc comes at build time (PIP_NETRC)
+    apt_netrc: bool = False  # the apt mirror asks for a login: its auth.conf comes at build time (APT_NETRC)
 
     @property
     def given(self) -> bool:
         return bool(self.path)
+
+    def secrets(self) -> tuple[BuildSecret, ...]:
+        """The build secrets the site's mirrors need (none unless the site file asks for them)."""
+        return tuple(secret for secret, wanted in ((PIP_NETRC, self.pip_netrc), (APT_NETRC, self.apt_netrc)) if wanted)
 
     def hosts(self) -> set[str]:
         """Hosts the site serves itself: reaching them is not reaching the internet."""

@@ -117,6 +117,13 @@ class SiteSettings(Block):
         ca = "the site CA certificate is trusted" if site.ca_cert else None
         return tuple(text for text in (*sources, vendor, ca) if text)
 
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        """The mirrors' logins come as build secrets, mounted by the pip and apt steps (core/render.py)."""
+        if ctx.offline:
+            return ()
+        return tuple(f"{s.steps} steps mount the build secret `{s.id}` ({s.key} = true): build with --secret {s.id}=FILE "
+                     "(Podman or docker buildx; Docker's legacy builder cannot pass secrets)" for s in ctx.site.secrets())
+
 
 @dataclass(frozen=True)
 class AptPackages(Block):

@@ -398,6 +398,22 @@ def test_build_offline_answers_a_deeply_nested_bundle_file_without_a_traceback(p
     assert code in (2, 5) and err.startswith("envkit: error: ") and err.count("\n") == 1, (code, err)
 
 
+@pytest.mark.parametrize("label", [DEEP_JSON, f'{{"platform": {HUGE_INT}}}', "null", '{"solution": null}', "[1]"])
+def test_inspect_refuses_a_hostile_solution_label_in_one_line(label):
+    """An image's io.envkit.solution label is read like a user file: nested 100,000 deep it was a RecursionError."""
+    from envkit.app.inspect import SOLUTION_LABEL, inspect
+
+    class Engine:
+        def require_image(self, ref: str) -> None:
+            pass
+
+        def labels(self, ref: str) -> dict[str, str]:
+            return {SOLUTION_LABEL: label}
+
+    with pytest.raises(InputError, match="label is not an envkit solution"):
+        inspect("img", engine=Engine())  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------- fuzzing: byte and structural mutations
 
 # derandomized: the same cases in every CI run; ENVKIT_FUZZ_SEED=N and ENVKIT_FUZZ_EXAMPLES=M make a fresh campaign

@@ -2,12 +2,12 @@
 checks for that stack on this host's GPUs and driver."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.config import matrix_file
+from envkit.config.userfile import parse_json
 from envkit.core.judge import healthy, judge
 from envkit.errors import InputError
 from envkit.inimage import probe
@@ -50,8 +50,8 @@ def inspect(image: str, matrix_path: Optional[str] = None, engine: Optional[Cont
     if SOLUTION_LABEL not in labels:
         raise InputError(f"image {image} has no {SOLUTION_LABEL} label: envkit did not build it", "inspect an image envkit built")
     try:
-        sol = SolutionRecord.from_json(json.loads(labels[SOLUTION_LABEL]))
-    except ValueError:
+        sol = SolutionRecord.from_json(parse_json(labels[SOLUTION_LABEL], "label", SOLUTION_LABEL))
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise InputError(f"image {image}: its {SOLUTION_LABEL} label is not an envkit solution", "rebuild it with envkit build") from None
     m = matrix_file.load(matrix_path)
     host = image_on_host(Host.from_json(probe.collect()), sol)

@@ -33,9 +33,9 @@ from envkit.model.plan import (
     StepPayload,
     VenvStep,
 )
+from envkit.model.site import BuildSecret
 
 STAGE_WHY = {
-from envkit.model.site import BuildSecret
     "build": "devel image; compiles what must be compiled, installs everything into one venv",
     "runtime": "runtime image; the venv from the build stage, no compiler",
 }
@@ -106,11 +106,6 @@ class _Rendering:
     def fragment(self, name: str, **values: str) -> str:
         return _t(self.templates, name, **values)
 
-
-@singledispatch
-def _payload_text(payload: StepPayload, step: Step, r: _Rendering) -> str:
-    raise TypeError(f"step `{step.id}`: no Dockerfile fragment renders {type(payload).__name__}")
-
     def secrets(self, steps: str) -> tuple[BuildSecret, ...]:
         """The build secrets `steps` ("pip", "apt") mount: the site's, unless offline (nothing is reached then)."""
         return () if self.plan.options.offline else tuple(s for s in self.plan.site.secrets() if s.steps == steps)
@@ -130,6 +125,11 @@ def _mounted(text: str, secrets: tuple[BuildSecret, ...]) -> str:
 def secret_ids(dockerfile_text: str) -> tuple[str, ...]:
     """The ids of the build secrets a Dockerfile mounts, sorted, each once."""
     return tuple(sorted(set(_SECRET_MOUNTED.findall(dockerfile_text))))
+
+
+@singledispatch
+def _payload_text(payload: StepPayload, step: Step, r: _Rendering) -> str:
+    raise TypeError(f"step `{step.id}`: no Dockerfile fragment renders {type(payload).__name__}")
 
 
 @_payload_text.register

@@ -163,7 +163,7 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         t.add_column("#", justify="right")
         t.add_column("step", overflow="fold")
         t.add_column("why", overflow="fold")
-        t.add_column("network")
+        t.add_column("network", overflow="fold", min_width=12)  # the URLs a step reaches, whole (newcomer D5)
         for i, st in enumerate(stage.steps, 1):
             net = st.network + (f"\n{' '.join(st.reaches)}" if st.reaches else "")
             _row(t, str(i), st.title, st.why, Text(net, style=net_style.get(st.network, "")))

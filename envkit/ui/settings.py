@@ -4,6 +4,7 @@ colour, verbosity. Every rich Console envkit makes comes from `console()` here."
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 
 from rich.console import Console
@@ -31,7 +32,20 @@ def current() -> Settings:
     return _current
 
 
+PIPE_WIDTH = 160  # into a pipe or a CI log, where rich would assume 80 columns and split URLs and image names
+
+
 def console(stderr: bool = False) -> Console:
     s = _current
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, no_color=not s.color or None,
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if "COLUMNS" in os.environ or _is_tty(stream) else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, no_color=not s.color or None, width=width,
                    force_interactive=False if s.progress != "auto" else None)
+
+
+def _is_tty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if callable(isatty) else False
+    except ValueError:  # a closed stream
+        return False

@@ -1,6 +1,7 @@
 """The stack commands: resolve, generate, bundle, build. Each parses, calls one use case, shows its outcome."""
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Optional
 
@@ -34,7 +35,7 @@ def generate(
     lock: Optional[str] = opt.lock("replay an envkit.lock.json instead of resolve flags"),
     mirror: Optional[str] = opt.mirror("site mirror profile (SITE.toml)"),
     offline: bool = typer.Option(False, "--offline", help="every artifact from the build context; refuse any network step"),
-    out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context)"),
+    out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context); - prints the Dockerfile alone"),
     host_march: str = typer.Option(DEFAULT_HOST_MARCH, "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
@@ -45,8 +46,12 @@ def generate(
 ) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
     opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    to_stdout = out == "-"  # `-o -`: the Dockerfile alone on stdout, nothing written (like `cog debug`)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
-                         out=None if dry_run else out, force=force)
+                         out=None if dry_run or to_stdout else out, force=force)
+    if to_stdout and isinstance(g, app.generate.Generated):
+        sys.stdout.write(g.files["Dockerfile"].decode())
+        return
     finish(g, as_json, lambda g: ui.report.print_plan(g.plan, g.out, sorted(g.files)))
 
 

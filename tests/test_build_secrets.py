@@ -306,3 +306,25 @@ def test_an_offline_build_takes_no_secret(tmp_path):
     with pytest.raises(InputError, match="--offline builds reach no mirror, so they take no --secret"):
         build_app.build(build_app.BuildRequest(offline=True, bundle_dir=str(tmp_path / "b"), secrets=("netrc=/x",)))
 
+
+
+def test_build_all_refuses_secrets_it_would_not_pass(tmp_path):
+    with pytest.raises(InputError, match="--all does not pass --secret to its targets"):
+        build_app.load_project(str(tmp_path / "envkit.toml"), None, True, build_app.BuildRequest(secrets=("netrc=/x",)))
+
+
+def test_the_command_line_carries_secret_to_the_build_and_prints_the_refusal_in_one_line(tmp_path, monkeypatch, capsys):
+    """`envkit build --mirror ... --secret netrc=FILE` on a Docker 20.10 engine (its info as plain data): exit 5, the
+    one line on stderr, the file's content nowhere."""
+    from envkit.cli.main import main
+
+    monkeypatch.setattr("envkit.adapters.image_build.available_tools", lambda: frozenset())
+    monkeypatch.setattr(build_app.Engine, "connect", classmethod(lambda cls: _InfoEngine(DOCKER_20_10)))
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit) as e:
+        main(["build", "--mirror", _site_file(tmp_path), "--platform", "cpu", "--torch", "2.13.0", "-o", str(tmp_path / "ctx"),
+              "--secret", f"netrc={_netrc(tmp_path)}"])
+    out = capsys.readouterr()
+    assert e.value.code == 5
+    assert f"envkit: error: {LEGACY_LINE}" in out.err.splitlines()
+    assert PASSWORD not in out.out + out.err

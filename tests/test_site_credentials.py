@@ -15,22 +15,27 @@ KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
 SECRETS = ("S3CR3TTOKEN", "glpat-SECRET", "SECRET2", "hunter2", "MIIE")
 
 
-@pytest.mark.parametrize("text, names", [
+IMAGE_LOGIN, PIP_SECRET, APT_SECRET = "docker login or podman login", "--secret netrc=FILE", "--secret apt-netrc=FILE"
+
+
+@pytest.mark.parametrize("text, names, way", [
     ('[images]\n"docker.io/library/debian:bookworm-slim" = "robot:S3CR3TTOKEN@registry.corp:5000/debian:bookworm-slim"\n',
-     "[images]"),
-    ('[registry]\nprefix = "robot:S3CR3TTOKEN@registry.corp:5000"\n', "[registry] prefix"),
-    ('[dtk]\ndevel_image = "robot:hunter2@registry.corp:5000/dtk:24.04"\nos = "ubuntu20.04"\n', "[dtk] devel_image"),
-    ('[pip]\nindex_url = "http://10.10.1.10/simple?private_token=glpat-SECRET"\n', "[pip] index_url"),
-    ('[pip]\nextra_index_urls = ["http://10.10.1.10/whl?token=SECRET2"]\n', "[pip] extra_index_urls"),
-    ('[rewrite]\n"https://download.pytorch.org/whl" = "http://10.10.1.10/whl?token=SECRET2"\n', "[rewrite]"),
-    ('[apt]\nmirror = "http://10.10.1.10/debian?token=SECRET2"\n', "[apt] mirror"),
+     "[images]", IMAGE_LOGIN),
+    ('[registry]\nprefix = "robot:S3CR3TTOKEN@registry.corp:5000"\n', "[registry] prefix", IMAGE_LOGIN),
+    ('[dtk]\ndevel_image = "robot:hunter2@registry.corp:5000/dtk:24.04"\nos = "ubuntu20.04"\n', "[dtk] devel_image", IMAGE_LOGIN),
+    ('[pip]\nindex_url = "http://10.10.1.10/simple?private_token=glpat-SECRET"\n', "[pip] index_url", PIP_SECRET),
+    ('[pip]\nextra_index_urls = ["http://10.10.1.10/whl?token=SECRET2"]\n', "[pip] extra_index_urls", PIP_SECRET),
+    ('[rewrite]\n"https://download.pytorch.org/whl" = "http://10.10.1.10/whl?token=SECRET2"\n', "[rewrite]", PIP_SECRET),
+    ('[apt]\nmirror = "http://10.10.1.10/debian?token=SECRET2"\n', "[apt] mirror", APT_SECRET),
 ])
-def test_credentials_in_references_and_urls_are_refused_in_one_line_without_echoing_them(text, names):
+def test_credentials_in_references_and_urls_are_refused_in_one_line_without_echoing_them(text, names, way):
+    """...with the way the login comes instead (issue 14): a build secret for mirrors, the engine's login for images."""
     with pytest.raises(InputError) as e:
         parse(text, "SITE.toml")
     line = e.value.one_line()
     assert names in line and "\n" not in line and e.value.exit_code == 2
     assert not any(s in line for s in SECRETS), line
+    assert way in e.value.fix, line
 
 
 def test_a_private_key_beside_the_ca_certificate_is_refused(tmp_path: Path):

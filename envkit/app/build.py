@@ -168,6 +168,9 @@ def load_project(project: Optional[str], target: Optional[str], all_targets: boo
     if req.flags.any() or req.lock or req.mirror or req.offline or req.bundle_dir:
         raise InputError("--project targets carry their own flags; resolve flags, --lock, --mirror, --offline and --bundle do not apply",
                          "put them in the target in the project file")
+    if all_targets and req.secrets:
+        raise InputError("--all does not pass --secret to its targets",
+                         "build each target whose site asks for a login on its own: --target NAME --secret ID=FILE")
     proj = project_file.load(project)
     if all_targets == bool(target):
         raise InputError("give exactly one of --target NAME and --all", f"targets: {', '.join(t.name for t in proj.targets)}")

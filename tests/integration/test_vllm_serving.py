@@ -96,11 +96,13 @@ def envkit(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_sweep_writes_json_png_and_junit(vllm_server, tmp_path):
-    p = envkit("selftest", "--engine", f"openai:{vllm_server['url']}", "--model", "tiny", "--dataset", str(vllm_server["prompts"]),
+    """No --model: the sweep asks the server's /v1/models (newcomer review D3)."""
+    p = envkit("selftest", "--engine", f"openai:{vllm_server['url']}", "--dataset", str(vllm_server["prompts"]),
                "--concurrency", "1,4", "--num-prompts", "16", "--output-len", "16", "--json", "--report", str(tmp_path / "rep"),
                "--junit", str(tmp_path / "j.xml"))
     assert p.returncode == 0, p.stderr
     doc = valid_json(p.stdout, "sweep")
+    assert doc["model"] == "tiny" and doc["request_rate"] == "inf"
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4]
     for lv in doc["levels"]:
         assert lv["completed"] == 16 and lv["failed"] == 0
@@ -112,13 +114,15 @@ def test_cli_sweep_writes_json_png_and_junit(vllm_server, tmp_path):
     assert 'failures="0"' in (tmp_path / "j.xml").read_text()
 
 
-def test_rejected_requests_are_rows_with_the_servers_reason_and_exit_1(vllm_server):
+def test_requests_the_server_rejects_stop_the_sweep_at_the_warm_up_with_its_reason(vllm_server):
+    """As vllm bench serve's initial test run: a warm-up the server refuses is the one line, exit 4, not a table of
+    failed levels (newcomer review D3)."""
     p = envkit("selftest", "--engine", f"openai:{vllm_server['url']}", "--model", "tiny", "--concurrency", "2",
-               "--num-prompts", "4", "--input-len", "600", "--output-len", "8", "--json")
-    assert p.returncode == 1, p.stderr
-    lv = valid_json(p.stdout, "sweep")["levels"][0]
-    assert lv["completed"] == 0 and lv["failed"] == 4
-    assert lv["errors"][0].startswith("HTTP 400") and "512" in lv["errors"][0]   # the server's max-model-len, in its words
+               "--num-prompts", "4", "--input-len", "600", "--output-len", "8")
+    assert p.returncode == 4, p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"envkit: error: the warm-up request to {vllm_server['url']} (model tiny) failed: HTTP 400")
+    assert "512" in line                                                   # the server's max-model-len, in its words
 
 
 # The self-test's model paths (transformers eager and static cache, vLLM's offline engine, logits parity, LAMBADA)

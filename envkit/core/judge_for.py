@@ -21,11 +21,15 @@ def _major(text: str) -> Optional[int]:
 def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
     """Would the asked stack work on this host's GPU and driver? The resolver answers."""
     from envkit.core.resolve import parse_query, resolve
+    from envkit.core.resolve.query import platform_claims
 
     asked = flags.to_dict()
-    if "gpu" not in asked and host.gpus and host.gpus[0].cc:
+    # a CPU stack asked for (--platform cpu, --torch X+cpu) uses neither the host's GPU nor its driver: adding them
+    # would make the query contradict itself (parse_query refuses a CPU stack with a GPU)
+    cpu = any(c.platform == "cpu" for c in platform_claims(m, parse_query(m, flags)))
+    if "gpu" not in asked and not cpu and host.gpus and host.gpus[0].cc:
         asked["gpu"] = f"sm_{host.gpus[0].cc.replace('.', '')}"
-    if "driver" not in asked and host.driver:
+    if "driver" not in asked and not cpu and host.driver:
         asked["driver"] = host.driver
     result = resolve(m, parse_query(m, ResolveFlags.from_mapping(asked)))
     shown = " ".join(f"{FLAG[k]} {v}" for k, v in asked.items())

@@ -5,6 +5,7 @@ written into a generated Dockerfile."""
 from __future__ import annotations
 
 import shlex
+import unicodedata
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -15,6 +16,7 @@ from envkit.errors import InputError
 class FlagSpec:
     key: str
     help: str
+    example: str = ""  # a value that fits the flag, for the fixes of error messages
 
     @property
     def option(self) -> str:
@@ -22,20 +24,21 @@ class FlagSpec:
 
 
 RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
-    FlagSpec("gpu", "GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)"),
-    FlagSpec("driver", "NVIDIA driver version, e.g. 535.104.05"),
-    FlagSpec("platform", "cuda, rocm, dtk or cpu"),
-    FlagSpec("cuda", "CUDA toolkit X.Y"),
-    FlagSpec("rocm", "ROCm X.Y"),
-    FlagSpec("dtk", "Hygon DTK YY.MM"),
-    FlagSpec("python", "Python X.Y"),
-    FlagSpec("torch", "torch version or specifier; may carry +cu118"),
-    FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)"),
-    FlagSpec("vllm", "vLLM version or specifier"),
-    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary"),
+    FlagSpec("gpu", "GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)", "H100"),
+    FlagSpec("driver", "NVIDIA driver version, e.g. 535.104.05", "535.104.05"),
+    FlagSpec("platform", "cuda, rocm, dtk or cpu", "cuda"),
+    FlagSpec("cuda", "CUDA toolkit X.Y (12 means the newest 12.x; cu124 is 12.4)", "12.4"),
+    FlagSpec("rocm", "ROCm X.Y (6 means the newest 6.x)", "6.2"),
+    FlagSpec("dtk", "Hygon DTK YY.MM (24 means the newest 24.x)", "24.04"),
+    FlagSpec("python", "Python X.Y (3 means the newest 3.x)", "3.11"),
+    FlagSpec("torch", "torch version or specifier; may carry +cu118", "2.4.1"),
+    FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)", "2.6.3"),
+    FlagSpec("vllm", "vLLM version or specifier", "0.6.3"),
+    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary"),
 )
 FLAG_ORDER: tuple[str, ...] = tuple(f.key for f in RESOLVE_FLAGS)
 FLAG: dict[str, str] = {f.key: f.option for f in RESOLVE_FLAGS}
+EXAMPLE: dict[str, str] = {f.key: f.example for f in RESOLVE_FLAGS}
 _BY_OPTION: dict[str, str] = {f.option: f.key for f in RESOLVE_FLAGS}
 
 
@@ -56,20 +59,52 @@ class ResolveFlags:
 
     @classmethod
     def from_mapping(cls, given: Mapping[str, Optional[str]]) -> "ResolveFlags":
+        """None is a flag not given; an empty value is kept, for check_values to refuse (`--gpu ''` is not unset)."""
         unknown = set(given) - set(FLAG_ORDER)
         if unknown:
             raise ValueError(f"not resolve flags: {sorted(unknown)}")
-        return cls(**{k: v for k, v in given.items() if v})
+        return cls(**{k: v for k, v in given.items() if v is not None})
 
     def to_dict(self) -> dict[str, str]:
         """The flags that were given, in the declared order (the lock's `query`)."""
-        return {k: v for k in FLAG_ORDER if (v := getattr(self, k))}
+        return {k: v for k in FLAG_ORDER if (v := getattr(self, k)) is not None}
 
     def any(self) -> bool:
         return bool(self.to_dict())
 
     def command_args(self) -> list[str]:
         return [f"{FLAG[k]}={v}" for k, v in self.to_dict().items()]
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """A flag's value quoted for a message: repr (control characters escaped), cut to `limit` characters."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}...({len(value)} characters)"
+
+
+# control characters, unpaired surrogates (bytes that were not UTF-8), line and paragraph separators, and
+# format characters (bidi overrides, zero-width spaces): none belongs in a flag, and each would reach the
+# Dockerfile, the lock and the terminal as written (fuzz report 8)
+_REFUSED_CATEGORIES = {"Cc": "a control character", "Cs": "a byte that is not UTF-8", "Zl": "a line separator",
+                       "Zp": "a paragraph separator", "Cf": "an invisible format character"}
+
+
+def check_values(flags: ResolveFlags) -> None:
+    """The one check every resolve flag's value passes before it is parsed: not empty (`--gpu ''` is not unset),
+    no control character (fuzz report 8: `--python $'\\n3.11'` wrote a broken Dockerfile and exited 0)."""
+    for key in FLAG_ORDER:
+        value = getattr(flags, key)
+        if value is None:
+            continue
+        option = FLAG[key]
+        for ch in value:
+            what = _REFUSED_CATEGORIES.get(unicodedata.category(ch))
+            if what is not None:
+                raise InputError(f"{option} {shown(value)} holds {what} (U+{ord(ch):04X})",
+                                 f"type the value without it, e.g. {option} {EXAMPLE[key]}")
+        if not value.strip():
+            raise InputError(f"{option} is empty", f"give it a value, e.g. {option} {EXAMPLE[key]}, or leave {option} out")
 
 
 def parse_flag_string(text: str, what: str = "--for") -> ResolveFlags:
@@ -81,10 +116,10 @@ def parse_flag_string(text: str, what: str = "--for") -> ResolveFlags:
     given: dict[str, str] = {}
     i = 0
     while i < len(words):
-        key, _, value = words[i].partition("=")
+        key, eq, value = words[i].partition("=")
         if key not in _BY_OPTION:
             raise InputError(f"{what}: unknown resolve flag {key!r}", f"use resolve flags: {', '.join(_BY_OPTION)}")
-        if not value:
+        if not eq:  # --torch 2.4; --torch= is an empty value, refused by check_values
             if i + 1 >= len(words):
                 raise InputError(f"{what}: {key} needs a value", f"write {key} VALUE")
             value = words[i + 1]

@@ -27,13 +27,21 @@ class CC:
 
     @classmethod
     def parse(cls, text: str) -> "CC":
-        m = re.fullmatch(r"(?:sm_?|compute_)?(\d+)\.?(\d)?[af]?", text.strip().lower())
+        """8.6, sm_86, sm86, compute_86, sm_90a (ASCII digits only: fuzz report 10/11); ValueError naming the
+        fix for anything else, sm_5 and sm_0 included (one digit is no major.minor)."""
+        m = re.fullmatch(r"(?:sm_?|compute_)?([0-9]+)(?:\.([0-9]))?[af]?", text.strip().lower(), re.ASCII)
         if not m:
-            raise ValueError(f"not a compute capability: {text!r}")
+            raise ValueError(f"{text.strip()[:40]!r} is not a compute capability")
+        digits = m.group(1)
         if m.group(2) is None:  # sm_86 / sm_120 style: the last digit is the minor
-            digits = m.group(1)
-            return cls(int(digits[:-1]), int(digits[-1]))
-        return cls(int(m.group(1)), int(m.group(2)))
+            if len(digits) < 2:
+                raise ValueError(f"{text.strip()[:40]!r} is not a compute capability: it needs a major and a minor digit")
+            major, minor = digits[:-1], digits[-1]
+        else:
+            major, minor = digits, m.group(2)
+        if len(major) > 2 or major.startswith("0"):
+            raise ValueError(f"{text.strip()[:40]!r} is not a compute capability: its major has one or two digits, not 0")
+        return cls(int(major), int(minor))
 
     @property
     def sm(self) -> str:
@@ -69,7 +77,7 @@ class Driver:
     @classmethod
     def parse(cls, text: str) -> "Driver":
         t = text.strip()
-        if not re.fullmatch(r"\d+(\.\d+){0,3}", t):
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+){0,3}", t):
             raise ValueError(f"not a driver version: {text!r} (write it like 535.104.05)")
         return cls(tuple(int(p) for p in t.split(".")), t)
 
@@ -419,6 +427,25 @@ class MatrixIndex:
 def dtk_text(v: Version) -> str:
     """DTK versions are YY.MM[.P]: 24.04 prints as 24.04, not packaging's 24.4."""
     return ".".join([str(v.release[0]), f"{v.release[1]:02d}", *map(str, v.release[2:])])
+
+
+_SM_LIKE = re.compile(r"sm(_.*|[0-9].*)?|compute_.*|[0-9]+\.[0-9]*[af]?", re.ASCII)
+_GFX_LIKE = re.compile(r"gfx.*", re.ASCII)
+_GFX = re.compile(r"gfx[0-9]{2,3}[0-9a-f]", re.ASCII)
+
+
+def parse_arch(text: str) -> Optional[str]:
+    """A GPU arch as a user writes it, in the matrix's spelling: sm_86 (from sm_86, sm86, sm-86, 8.6, sm_90a,
+    compute_86) or gfx942; None when the text does not look like an arch at all (a product name, 4090).
+    ValueError naming the fix when it looks like one but is malformed: sm_5, sm_0, sm_, gfx (fuzz report 11)."""
+    t = text.strip().lower().replace("-", "_")
+    if _GFX_LIKE.fullmatch(t):
+        if not _GFX.fullmatch(t):
+            raise ValueError(f"{text.strip()[:40]!r} is not an AMD arch: gfx and three or four hex digits")
+        return t
+    if _SM_LIKE.fullmatch(t):
+        return CC.parse(t).sm
+    return None
 
 
 def gpu_name_key(name: str) -> str:

@@ -11,7 +11,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from envkit.core.resolve.query import matching_versions, release_starts_with, version_span
+from envkit.core.resolve.query import PLATFORM_WORD, asked_text, matching_versions, platform_claims, release_starts_with, version_span
+from envkit.model.flags import FLAG
 from envkit.model.matrix import (
     CC,
     CudaToolkit,
@@ -56,26 +57,27 @@ class Ctx:
         self.vllm_ok = frozenset() if q.vllm is None else matching_versions(m, "vllm", q.vllm)
         self.fa_ok = None if q.flash_attn is None else matching_versions(m, "flash_attn", q.flash_attn)
         self.fa_archs: dict[tuple[Version, Version], list[CC]] = {}
+        self.claims = platform_claims(m, q)  # the flags that asked for a platform, for the wording of platform.gpu
 
 
 def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
     q, out = c.q, []
     g = q.gpu
-    if q.cuda and b.platform == "cuda" and b.toolkit != q.cuda:
+    if q.cuda and b.platform == "cuda" and (b.toolkit is None or not release_starts_with(b.toolkit, q.cuda)):
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "cuda"})
-        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for CUDA {q.cuda} (it has {', '.join(variants)})",
-                            f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {q.cuda}", b.source))
+        asked = asked_text(q.cuda)
+        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for CUDA {asked} (it has {', '.join(variants)})",
+                            f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {asked}", b.source))
     if q.rocm and b.platform == "rocm" and (b.toolkit is None or not release_starts_with(b.toolkit, q.rocm)):
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
-        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {q.rocm} (it has {', '.join(variants) or 'none'})",
+        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {asked_text(q.rocm)} (it has {', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
     if q.driver is not None and b.platform != "cuda":
         drives = f"{_gpu_label(g)} runs on {b.platform}" if g is not None else f"the {b.platform} platform has no NVIDIA driver"
         out.append(Conflict("driver.platform", f"--driver {q.driver} is an NVIDIA driver version; {drives}",
                             "drop --driver, or choose an NVIDIA GPU / --platform cuda", "doc:matrix.toml [[cuda]] min_driver"))
     if g is not None and b.platform != "cpu" and b.platform != g.platform:
-        out.append(Conflict("platform.gpu", f"{_gpu_label(g)} is a {g.vendor} GPU; the {b.platform} platform does not drive it",
-                            f"use --platform {g.platform}", "doc:matrix.toml [[gpu]] vendor"))
+        out.append(_platform_gpu(c, b, g))
     elif g is not None and b.platform in ("cuda", "rocm") and not b.archs_known:
         out.append(Conflict("torch.gpu-arch", f"no source envkit holds states which GPU archs torch {b.pin} was built for, so it is not given for {_gpu_label(g)}",
                             _torch_arch_fix(c, c.gpu_cc) if c.gpu_cc else "pick a torch build whose arch list is known", b.source))
@@ -92,6 +94,25 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
         out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {dtk_text(g.min_dtk)}; this torch is built for DTK {dtk_text(b.toolkit)}",
                             f"install DTK >= {dtk_text(g.min_dtk)} and its DAS torch (--dtk {dtk_text(g.min_dtk)} or newer)", g.source))
     return out
+
+
+_VENDOR = {"nvidia": "an NVIDIA", "amd": "an AMD", "hygon": "a Hygon"}
+
+
+def _platform_gpu(c: Ctx, b: TorchBuild, g: Gpu) -> Conflict:
+    """The GPU's vendor is not driven by the platform asked, worded after the flag that asked it (the user gave
+    --cuda, not --platform: newcomer D7)."""
+    asker = next((x for x in c.claims if x.platform == b.platform), None)
+    runs_on_word = PLATFORM_WORD[g.platform]
+    toolkit_flag = FLAG.get(g.platform, "--platform")
+    if asker is None or asker.drop == "--platform":
+        shown = asker.shown if asker is not None else f"the {b.platform} platform"
+        fix = f"use --platform {g.platform} ({_VENDOR[g.vendor]} GPU runs on {runs_on_word})"
+    else:
+        shown = asker.shown
+        fix = f"drop {asker.drop}: {_VENDOR[g.vendor]} GPU runs on {runs_on_word} ({toolkit_flag} or --platform {g.platform})"
+    return Conflict("platform.gpu", f"{_gpu_label(g)} is {_VENDOR[g.vendor]} GPU; {shown} asks for {PLATFORM_WORD[b.platform]}, "
+                    "which does not drive it", fix, "doc:matrix.toml [[gpu]] vendor")
 
 
 def _nearest_cuda(variants: list[str], want: Version) -> str:
@@ -277,8 +298,8 @@ def _check_vllm_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Versi
                          + "".join(f"; its CUDA {x.toolkit} build for {', '.join(map(str, x.archs or ()))}" for x in v.variants),
                          _vllm_newer_fix(c, c.gpu_cc), v.source)]
     cudas = _vllm_cudas(c, v) if c.q.cuda is not None else set()
-    if c.q.cuda is not None and c.q.cuda not in cudas:
-        return [Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {c.q.cuda} (its builds: CUDA {', '.join(map(str, sorted(cudas)))})",
+    if c.q.cuda is not None and not any(release_starts_with(x, c.q.cuda) for x in cudas):
+        return [Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {asked_text(c.q.cuda)} (its builds: CUDA {', '.join(map(str, sorted(cudas)))})",
                          f"use --cuda {max(cudas)}" if cudas else "pick another vLLM", v.source)]
     pick, why = vllm_pick(c, b, py, v)
     if pick is None:

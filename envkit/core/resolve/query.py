@@ -1,21 +1,29 @@
 """The resolver's input: resolve flags checked and parsed against the matrix into a Query (a GPU found by
-name or arch, versions and specifiers in packaging's terms), each bad flag one InputError naming the fix."""
+name or arch, versions and specifiers in packaging's terms), each bad flag one InputError naming the fix.
+
+One grammar for every version flag (issue 14): ASCII digits only (`re.ASCII`, `[0-9]`: `\\d` admits ١٢ and
+１２, which packaging then refuses with a traceback); a version with fewer parts is a prefix, as `--torch 2`
+means 2.*: `--cuda 12` is the newest 12.x the rest allows, likewise `--rocm 6`, `--dtk 24`, `--python 3`;
+the spellings of wheel tags are read too (`--cuda cu124`, `--rocm rocm6.2`). Flags that contradict each
+other (two toolkits, `--platform cpu --cuda 12.4`, a CPU stack with `--gpu`) are refused, never dropped."""
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.errors import InputError
-from envkit.model.flags import ResolveFlags
-from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key
+from envkit.model.flags import FLAG, ResolveFlags, check_values, shown
+from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key, parse_arch
 from envkit.model.solution import Query
 
 # the flash-attn csrc kernels envkit builds, and the module each one installs
 KERNELS = {"layer_norm": "dropout_layer_norm", "rotary": "rotary_emb"}
+
+PLATFORM_WORD = {"cuda": "CUDA", "rocm": "ROCm", "dtk": "DTK", "cpu": "CPU"}
 
 
 def find_gpu(m: Matrix, text: str) -> Gpu:
@@ -29,30 +37,82 @@ def find_gpu(m: Matrix, text: str) -> Gpu:
                 return find_gpu(m, key[len(prefix):])
             except InputError:
                 pass
-    arch = text.strip().lower().replace("-", "_")
-    if re.fullmatch(r"(sm_?)?\d+(\.\d)?", arch) and not arch.isdigit() or re.fullmatch(r"sm_?\d+", arch):
-        cc = CC.parse(arch)
-        return Gpu(name=cc.sm, aliases=(), vendor="nvidia", arch=cc.sm, memory_gb=0, bandwidth_gbs=0, min_dtk=None, source="query")
-    if re.fullmatch(r"gfx[0-9a-f]+", arch):
-        same = [g for g in m.gpus if g.arch == arch]
-        known = next((g for g in same if g.vendor == "amd"), same[0] if same else None)
-        vendor = known.vendor if known else "amd"
-        return Gpu(name=arch, aliases=(), vendor=vendor, arch=arch, memory_gb=0, bandwidth_gbs=0,
-                   min_dtk=known.min_dtk if known else None, source="query")
+    try:
+        arch = parse_arch(text)
+    except ValueError as exc:  # sm_5, sm_0, sm_, gfx (fuzz report 11)
+        raise InputError(f"--gpu {exc}", "write the arch like sm_86, sm_120, 8.6 or gfx942, "
+                         "or give the product name (envkit matrix show gpu)") from None
+    if arch is not None:
+        return _gpu_of_arch(m, text, arch)
     names = [g.name for g in m.gpus] + [a for g in m.gpus for a in g.aliases]
     close = difflib.get_close_matches(text, names, n=4, cutoff=0.5) or difflib.get_close_matches(
         text.upper(), [n.upper() for n in names], n=4, cutoff=0.5)
     hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "see `envkit matrix show gpu`"
-    raise InputError(f"unknown GPU {text!r}", f"{hint} (or give the arch: sm_86, gfx942)")
+    raise InputError(f"unknown GPU {shown(text)}", f"{hint} (or give the arch: sm_86, gfx942)")
 
 
-def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
-    """'2' -> ==2.*, '2.6' -> ==2.6.*, '2.1.2+cu118' -> ==2.1.2 and local cu118, '>=2.5' as is."""
+def known_archs(m: Matrix) -> tuple[set[str], set[str]]:
+    """The NVIDIA (sm_NN) and AMD/Hygon (gfxNNN) archs some row of the matrix names: a GPU's, a CUDA toolkit's or
+    a driver family's, or one a torch, ROCm, flash-attn or vLLM build is compiled for."""
+    sm = {g.arch for g in m.gpus if g.vendor == "nvidia"}
+    gfx = {g.arch for g in m.gpus if g.vendor != "nvidia"}
+    ccs: list[CC] = [a for c in m.cuda for a in c.archs] + [a for d in m.gpu_drivers for a in d.archs]
+    ccs += [a for b in m.torch for a in b.ccs] + [a for f in m.flash_attn for a, _ in f.archs]
+    for v in m.vllm:
+        ccs += list(v.cuda_archs or ()) + [a for x in (*v.variants, *v.rocm_wheels) for a in x.archs or ()]
+    sm |= {c.sm for c in ccs}
+    gfx |= {a for b in m.torch if b.platform != "cuda" for a in b.archs}
+    gfx |= {a for r in m.rocm for a in r.archs} | {a for f in m.flash_attn for a in f.rocm_archs} | {a for v in m.vllm for a in v.rocm_archs}
+    return sm, gfx
+
+
+def _arch_order(arch: str) -> tuple[int, str]:
+    digits = re.sub(r"[^0-9]", "", arch)
+    return (int(digits) if digits else 0, arch)
+
+
+def _gpu_of_arch(m: Matrix, text: str, arch: str) -> Gpu:
+    """The GPU of an arch the matrix knows; an arch no row names is refused (sm_99 solved a full stack, gfx9999
+    gave a conflict: fuzz report 11, newcomer D7)."""
+    sm, gfx = known_archs(m)
+    family = sm if arch.startswith("sm_") else gfx
+    if arch not in family:
+        ordered = sorted(family, key=_arch_order)
+        close = difflib.get_close_matches(arch, ordered, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise InputError(f"unknown arch {arch} (--gpu {shown(text.strip())}): no GPU or build in the matrix has it",
+                         f"{hint}the matrix knows {', '.join(ordered)}")
+    if arch.startswith("sm_"):
+        return Gpu(name=arch, aliases=(), vendor="nvidia", arch=arch, memory_gb=0, bandwidth_gbs=0, min_dtk=None, source="query")
+    same = [g for g in m.gpus if g.arch == arch]
+    known = next((g for g in same if g.vendor == "amd"), same[0] if same else None)
+    vendor = known.vendor if known else "amd"
+    return Gpu(name=arch, aliases=(), vendor=vendor, arch=arch, memory_gb=0, bandwidth_gbs=0,
+               min_dtk=known.min_dtk if known else None, source="query")
+
+
+_SPEC_EXAMPLES = {"torch": "2.4.1, 2.4, 2, '>=2.3,<2.5' or 2.4.1+cu124",
+                  "flash-attn": "2.6.3, 2.6, 2 or '>=2.5,<2.7'",
+                  "vLLM": "0.6.3, 0.6 or '>=0.6,<0.8' ('>=0' for the newest)"}
+_PACKAGE = {"torch": r"torch", "flash-attn": r"flash[-_]attn", "vLLM": r"vllm"}
+
+
+_LONG_NUMBER = re.compile(r"[0-9]{9,}", re.ASCII)  # no version part is that long; int() refuses 4300+ digits
+
+
+def _spec(text: str, what: str, option: str) -> tuple[SpecifierSet, Optional[str]]:
+    """'2' -> ==2.*, '2.6' -> ==2.6.*, '2.1.2+cu118' -> ==2.1.2 and local cu118, '>=2.5' as is; 'torch==2.4.0'
+    (pip's spelling) as '==2.4.0'."""
     t = text.strip().replace(" ", "")
+    t = re.sub(rf"^{_PACKAGE[what]}(?=[<>=!~])", "", t, flags=re.IGNORECASE)
     local = None
     try:
         if re.match(r"^[<>=!~]", t):
+            if _LONG_NUMBER.search(t):
+                raise InvalidSpecifier(t)
             return SpecifierSet(t), None
+        if not re.fullmatch(r"[0-9a-z.+!_-]+", t, re.ASCII | re.IGNORECASE) or _LONG_NUMBER.search(t):
+            raise InvalidVersion(t)
         v = Version(t)
         local = v.local
         base = v.public
@@ -60,87 +120,105 @@ def _spec(text: str, what: str) -> tuple[SpecifierSet, Optional[str]]:
             return SpecifierSet(f"=={base}.*"), local
         return SpecifierSet(f"=={base}"), local
     except (InvalidVersion, InvalidSpecifier):
-        raise InputError(f"{what} {text!r} is not a PEP 440 version or specifier",
-                         "write it like 2.1.2, 2.1, '>=2.5,<2.7' or 2.1.2+cu118") from None
+        raise InputError(f"{option} {shown(text)} is not a version or specifier", f"write it like {_SPEC_EXAMPLES[what]}") from None
 
 
-def _release_prefix(text: str, what: str, pattern: str, example: str, known: list[Version], show: Callable[[Version], str]) -> Version:
-    """A toolkit version that must be a prefix of a release in the matrix (6.2 matches 6.2.4)."""
-    v = _xy(text, f"{what} version", pattern, example)
-    if not any(release_starts_with(k, v) for k in known):
-        raise InputError(f"{what} {text} is not in the matrix", f"use one of {', '.join(show(k) for k in reversed(known))}")
-    return v
+class _Tk(NamedTuple):
+    """How one toolkit flag is written: its tag prefixes (cu124, rocm6.2), the largest prefix a version may be,
+    and its example."""
+    what: str
+    prefixes: tuple[str, ...]
+    example: str
 
 
-def _xy(text: str, what: str, pattern: str, example: str) -> Version:
-    t = text.strip().lower().lstrip("v")
-    if not re.fullmatch(pattern, t):
-        raise InputError(f"{what} {text!r} is malformed", f"write it like {example}")
+_TOOLKIT = {"cuda": _Tk("CUDA", ("cuda", "cu"), "12.4, 12 (the newest 12.x) or cu124"),
+            "rocm": _Tk("ROCm", ("rocm",), "6.2, 6 (the newest 6.x) or rocm6.2"),
+            "dtk": _Tk("DTK", ("dtk",), "24.04, 24 (the newest 24.x)"),
+            "python": _Tk("Python", ("python", "cp", "py"), "3.11, 3 (the newest 3.x)")}
+
+
+def given_version(key: str, text: str) -> Optional[Version]:
+    """A toolkit or Python flag's version as written (all its parts), or None when it is not one.
+    ASCII digits only: packaging refuses others (fuzz report 10). cu124 is 12.4 and cp311 3.11 (the last
+    digit is the minor), rocm6.2 is 6.2."""
+    t = text.strip().lower()
+    tk = _TOOLKIT[key]
+    tag = next((p for p in tk.prefixes if t.startswith(p) and t != p), None)
+    t = t[len(tag):].lstrip("-_") if tag else t.lstrip("v")
+    if tag in ("cu", "cp") or (tag and key in ("cuda", "python") and re.fullmatch(r"[0-9]{2,3}", t, re.ASCII)):
+        if not re.fullmatch(r"[1-9][0-9]{1,2}", t, re.ASCII):
+            return None
+        t = f"{t[0]}.{t[1:]}" if key == "python" else f"{t[:-1]}.{t[-1]}"  # cp311 is 3.11, cu124 is 12.4
+    if not re.fullmatch(r"[0-9]{1,8}(\.[0-9]{1,8}){0,2}", t, re.ASCII):
+        return None
     return Version(t)
 
 
+def _toolkit_prefix(m: Matrix, key: str, text: str, known: list[Version], show: Callable[[Version], str]) -> Version:
+    """A toolkit or Python version: a prefix of a release in the matrix (6.2 matches 6.2.4; 12 is any 12.x).
+    CUDA and Python are chosen by X.Y: a patch given (12.4.1, 3.11.4) is read as X.Y (the Result says so)."""
+    tk = _TOOLKIT[key]
+    v = given_version(key, text)
+    if v is None:
+        raise InputError(f"{FLAG[key]} {shown(text)} is not a {tk.what} version", f"write it like {tk.example}")
+    if key in ("cuda", "python") and len(v.release) > 2:
+        v = Version(f"{v.major}.{v.minor}")
+    if not any(release_starts_with(k, v) for k in known):
+        raise InputError(f"{tk.what} {text.strip()} is not in the matrix ({FLAG[key]})",
+                         f"use one of {', '.join(show(k) for k in sorted(set(known), reverse=True))}")
+    return v
+
+
 def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Optional[str]) -> Query:
-    """The resolve flags (a ResolveFlags, or the same as keywords) checked and parsed against the matrix."""
+    """The resolve flags (a ResolveFlags, or the same as keywords) checked and parsed against the matrix; flags that
+    contradict each other are refused (fuzz report 9)."""
     f = flags if flags is not None else ResolveFlags.from_mapping(given)
+    check_values(f)
     q: dict[str, Any] = {"given": tuple(f.to_dict().items())}
-    if f.gpu:
+    if f.gpu is not None:
         q["gpu"] = find_gpu(m, f.gpu)
-    if f.driver:
+    if f.driver is not None:
         q["driver"] = _parse_driver(f.driver)
-    if f.platform:
+    if f.platform is not None:
         q["platform"] = _parse_platform(f.platform)
-    if f.cuda:
-        q["cuda"] = _parse_cuda(m, f.cuda)
-    if f.rocm:
-        q["rocm"] = _release_prefix(f.rocm, "ROCm", r"\d+\.\d+(\.\d+)?", "6.2", [r.version for r in m.rocm], str)
-    if f.dtk:
-        q["dtk"] = _release_prefix(f.dtk, "DTK", r"\d{2}\.\d{2}(\.\d+)?", "24.04", [d.version for d in m.dtk], dtk_text)
-    if f.python:
-        q["python"] = _parse_python(m, f.python)
-    if f.torch:
+    if f.cuda is not None:
+        q["cuda"] = _toolkit_prefix(m, "cuda", f.cuda, [c.version for c in m.cuda], str)
+    if f.rocm is not None:
+        q["rocm"] = _toolkit_prefix(m, "rocm", f.rocm, [r.version for r in m.rocm], str)
+    if f.dtk is not None:
+        q["dtk"] = _toolkit_prefix(m, "dtk", f.dtk, [d.version for d in m.dtk], dtk_text)
+    if f.python is not None:
+        q["python"] = _toolkit_prefix(m, "python", f.python, [p.version for p in m.python], str)
+    if f.torch is not None:
         q["torch"], q["torch_local"] = _parse_torch(m, f.torch)
-    if f.flash_attn:
+    if f.flash_attn is not None:
         q["flash_attn"] = _parse_release(m, "flash_attn", f.flash_attn, "flash-attn", " (FlashAttention 1.x, 3 and 4 are not modelled)")
-    if f.vllm:
+    if f.vllm is not None:
         q["vllm"] = _parse_release(m, "vllm", f.vllm, "vLLM", "")
-    if f.kernels:
+    if f.kernels is not None:
         q["kernels"] = _parse_kernels(f.kernels)
-    return Query(**q)
+    query = Query(**q)
+    _refuse_contradictions(m, query)
+    return query
 
 
 def _parse_driver(text: str) -> Driver:
-    if not re.fullmatch(r"\d{3}(\.\d+){0,2}", text.strip()):
-        raise InputError(f"driver version {text!r} is malformed", "write it like 535.104.05 (nvidia-smi's Driver Version)")
+    if not re.fullmatch(r"[0-9]{3}(\.[0-9]{1,8}){0,2}", text.strip(), re.ASCII):
+        raise InputError(f"--driver {shown(text)} is not a driver version", "write it like 535.104.05 (nvidia-smi's Driver Version)")
     return Driver.parse(text)
 
 
 def _parse_platform(text: str) -> str:
-    if text not in PLATFORMS:
-        raise InputError(f"unknown platform {text!r}", f"use one of {', '.join(PLATFORMS)}")
-    return text
-
-
-def _parse_cuda(m: Matrix, text: str) -> Version:
-    v = _xy(text, "CUDA version", r"\d+\.\d+(\.\d+)?", "12.4")
-    v = Version(f"{v.major}.{v.minor}")
-    if m.cuda_toolkit(v) is None:
-        raise InputError(f"CUDA {text} is not in the matrix",
-                         f"use one of {', '.join(str(c.version) for c in reversed(m.cuda))}")
-    return v
-
-
-def _parse_python(m: Matrix, text: str) -> Version:
-    v = _xy(text, "Python version", r"3\.\d+", "3.10")
-    if v not in {p.version for p in m.python}:
-        raise InputError(f"Python {text} is not in the matrix",
-                         f"use one of {', '.join(str(p.version) for p in reversed(m.python))}")
-    return v
+    t = text.strip().lower()
+    if t not in PLATFORMS:
+        raise InputError(f"unknown platform {shown(text)} (--platform)", f"use one of {', '.join(PLATFORMS)}")
+    return t
 
 
 def _parse_torch(m: Matrix, text: str) -> tuple[SpecifierSet, Optional[str]]:
-    spec, local = _spec(text, "torch")
+    spec, local = _spec(text, "torch", "--torch")
     if not matches_any(m, "torch", spec):
-        raise InputError(f"no torch release in the matrix matches {text!r}",
+        raise InputError(f"no torch release in the matrix matches {shown(text)}",
                          f"known releases: {version_span(sorted({b.version for b in m.torch}))}")
     if local and not any(b.local == local for b in m.torch):
         raise InputError(f"unknown torch variant +{local}",
@@ -150,10 +228,15 @@ def _parse_torch(m: Matrix, text: str) -> tuple[SpecifierSet, Optional[str]]:
 
 def _parse_release(m: Matrix, table: str, text: str, what: str, not_modelled: str) -> SpecifierSet:
     """A flash-attn or vLLM specifier that admits at least one release in the matrix."""
-    spec, _ = _spec(text, what)
+    spec, local = _spec(text, what, FLAG[table])
+    if local is not None:  # vllm 0.2.7+cu118 names its CUDA: say where that goes instead of dropping it
+        tag = re.fullmatch(r"cu([1-9][0-9])([0-9])", local, re.ASCII)
+        cuda = f" --cuda {tag.group(1)}.{tag.group(2)}" if tag else ""
+        raise InputError(f"{FLAG[table]} {shown(text)}: the +{local} of a {what} build is chosen by the resolver, not given",
+                         f"write {FLAG[table]} {text.strip().split('+')[0]}{cuda}")
     if not matches_any(m, table, spec):
         known = [f.version for f in m.flash_attn] if table == "flash_attn" else [v.version for v in m.vllm]
-        raise InputError(f"no {what} release in the matrix matches {text!r}",
+        raise InputError(f"no {what} release in the matrix matches {shown(text)}",
                          f"known releases: {version_span(known)}{not_modelled}")
     return spec
 
@@ -163,7 +246,67 @@ def _parse_kernels(text: str) -> tuple[str, ...]:
     bad = [k for k in names if k not in KERNELS]
     if bad:
         raise InputError(f"unknown kernel(s): {', '.join(bad)}", f"use {', '.join(KERNELS)}")
+    if not names:
+        raise InputError(f"--kernels {shown(text)} names no kernel", f"use {', '.join(KERNELS)}")
     return names
+
+
+def local_builds(m: Matrix, local: str) -> tuple[str, frozenset[Version]]:
+    """The platform of a torch variant (+cu124: cuda) and the toolkits its builds are made with."""
+    builds = [b for b in m.torch if b.local == local]
+    return builds[0].platform, frozenset(b.toolkit for b in builds if b.toolkit is not None)
+
+
+class _Claim(NamedTuple):
+    """A flag that picks the platform: which platform, the flag as given, and how to say "drop it"."""
+    platform: str
+    shown: str
+    drop: str
+
+
+def platform_claims(m: Matrix, q: Query) -> list[_Claim]:
+    """The flags that pick a platform, in the order a message names them: the toolkit flags, --platform,
+    and a torch variant (+cu124 is a CUDA build)."""
+    given = q.flags()
+    out = [_Claim(k, f"{FLAG[k]} {given[k]}", FLAG[k]) for k in ("cuda", "rocm", "dtk") if getattr(q, k) is not None]
+    if q.platform is not None:
+        out.append(_Claim(q.platform, f"--platform {given['platform']}", "--platform"))
+    if q.torch_local is not None:
+        out.append(_Claim(local_builds(m, q.torch_local)[0], f"--torch {given['torch']}", f"the +{q.torch_local} of --torch"))
+    return out
+
+
+def _refuse_contradictions(m: Matrix, q: Query) -> None:
+    """Flags that cannot hold together are bad input, named with the one to drop (fuzz report 9, newcomer D7):
+    two platforms (two toolkits, --platform cpu with --cuda, +cu124 with --rocm), a torch variant built for another
+    toolkit than the one asked, and a CPU stack with a GPU. A GPU of another vendor than the platform asked is a
+    conflict (platform.gpu), worded after the flag that asked it (checks.py)."""
+    claims = platform_claims(m, q)
+    for a in claims:
+        b = next((x for x in claims if x.platform != a.platform), None)
+        if b is not None:
+            kind = "toolkit" if a.drop.startswith("--") and b.drop.startswith("--") and "--platform" not in (a.drop, b.drop) else "platform"
+            raise InputError(f"{a.shown} asks for a {PLATFORM_WORD[a.platform]} stack and {b.shown} for a {PLATFORM_WORD[b.platform]} one: "
+                             f"a stack has one {kind}",
+                             f"drop {b.drop} for a {PLATFORM_WORD[a.platform]} stack, or {a.drop} for a {PLATFORM_WORD[b.platform]} one")
+    if q.torch_local is not None:
+        plat, toolkits = local_builds(m, q.torch_local)
+        asked = {"cuda": q.cuda, "rocm": q.rocm, "dtk": q.dtk}.get(plat)
+        if asked is not None and toolkits and not any(release_starts_with(t, asked) for t in toolkits):
+            show = dtk_text if plat == "dtk" else str
+            built = ", ".join(show(t) for t in sorted(toolkits))
+            raise InputError(f"--torch {q.flags()['torch']} is built for {PLATFORM_WORD[plat]} {built}, "
+                             f"{FLAG[plat]} {q.flags()[plat]} asks for another",
+                             f"drop the +{q.torch_local} of --torch, or use {FLAG[plat]} {show(max(toolkits))}")
+    if q.gpu is not None and claims and claims[0].platform == "cpu":
+        cpu = claims[0]
+        raise InputError(f"{cpu.shown} asks for a CPU stack, which drives no GPU, and --gpu {q.flags()['gpu']} names one",
+                         f"drop --gpu for a CPU stack, or {cpu.drop} for a {PLATFORM_WORD[q.gpu.platform]} one")
+
+
+def asked_text(v: Version) -> str:
+    """A toolkit version as asked: 12.4, or 12.x for `--cuda 12`."""
+    return f"{v}.x" if len(v.release) == 1 else str(v)
 
 
 def release_starts_with(full: Version, given: Version) -> bool:

@@ -11,7 +11,7 @@ what one resolve shares between its checks lives in its Ctx. Rule ids: envkit/da
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from packaging.version import Version
@@ -29,7 +29,8 @@ from envkit.core.resolve.checks import (
     vllm_pick,
     vllm_unary,
 )
-from envkit.core.resolve.query import KERNELS, release_starts_with
+from envkit.core.resolve.query import KERNELS, given_version, local_builds, release_starts_with
+from envkit.model.flags import FLAG
 from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm, sass_runs_on
 from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution
 
@@ -56,6 +57,7 @@ class _Choices:
 
 
 def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
+    """The platform the flags ask for (parse_query refused flags that ask for two), else the GPU's, else CUDA."""
     if q.platform:
         return (q.platform,)
     if q.cuda:
@@ -64,15 +66,18 @@ def _platforms(m: Matrix, q: Query) -> tuple[str, ...]:
         return ("rocm",)
     if q.dtk:
         return ("dtk",)
+    if q.torch_local:
+        return (local_builds(m, q.torch_local)[0],)
     if q.gpu:
         return (q.gpu.platform,)
     return ("cuda",)
 
 
 def _asked_toolkit(q: Query, b: TorchBuild) -> bool:
-    """b is built for the CUDA or ROCm the query names."""
-    return (q.cuda is not None and b.platform == "cuda" and b.toolkit == q.cuda) \
-        or (q.rocm is not None and b.platform == "rocm" and b.toolkit is not None and release_starts_with(b.toolkit, q.rocm))
+    """b is built for the CUDA or ROCm the query names (12 names every 12.x, 6.2 names 6.2.4)."""
+    return b.toolkit is not None and (
+        (q.cuda is not None and b.platform == "cuda" and release_starts_with(b.toolkit, q.cuda))
+        or (q.rocm is not None and b.platform == "rocm" and release_starts_with(b.toolkit, q.rocm)))
 
 
 def _torch_candidates(c: Ctx) -> list[TorchBuild]:
@@ -100,16 +105,15 @@ def _torch_candidates(c: Ctx) -> list[TorchBuild]:
 def _toolkits(m: Matrix, q: Query, b: TorchBuild) -> list[Optional[CudaToolkit]]:
     if b.platform != "cuda":
         return [None]
-    if q.cuda:
+    if q.cuda and len(q.cuda.release) >= 2:
         return [m.cuda_toolkit(q.cuda)]
-    same = [m.cuda_toolkit(b.toolkit)] if b.toolkit is not None else []
+    same = [m.cuda_toolkit(b.toolkit)] if b.toolkit is not None else []  # no --cuda, or --cuda 12: torch's own
     return [t for t in same if t is not None]
 
 
 def _pythons(m: Matrix, q: Query) -> list[Version]:
-    if q.python:
-        return [q.python]
-    return [p.version for p in m.python]
+    """The Pythons to try, newest first: the one asked, or every 3.x for `--python 3`."""
+    return [p.version for p in m.python if q.python is None or release_starts_with(p.version, q.python)]
 
 
 def _best(options: Iterable[tuple[list[Conflict], T]], bound: int) -> Optional[tuple[list[Conflict], T]]:
@@ -312,6 +316,27 @@ def _vllm_part(c: Ctx, pick: _Pick) -> tuple[Optional[str], Optional[str], tuple
     return vw, vu, tuple(notes), (v.source,)
 
 
+def _driver_fix(c: Ctx, conflicts: list[Conflict]) -> list[Conflict]:
+    """A driver too old for the nearest miss's toolkit: name the smallest upgrade that gives a stack with the rest
+    of the query, besides the toolkit's own minimum (newcomer 1.4: A100 with 410.48 was told 580.65.06, the newest
+    toolkit's, where 450.80.02 gives CUDA 11.x)."""
+    q = c.q
+    if q.driver is None or not any(x.rule == "driver.too-old" for x in conflicts):
+        return conflicts
+    floors = {tk.min_driver for tk in c.m.cuda}
+    if q.gpu is not None and q.gpu.vendor == "nvidia":
+        floor = driver_floor(c.m, q.gpu)[0]
+        if floor is not None:
+            floors.add(floor)
+    for d in sorted(f for f in floors if f > q.driver):
+        pick = _first_fit(Ctx(c.m, replace(q, driver=d)))
+        if pick is not None and pick.toolkit is not None:
+            fix = (f"upgrade the driver to >= {d}, the smallest upgrade that gives a stack (torch {pick.torch.pin}, "
+                   f"CUDA {pick.toolkit.version}), or to the minimum named here for this CUDA")
+            return [replace(x, fix=fix) if x.rule == "driver.too-old" else x for x in conflicts]
+    return conflicts
+
+
 def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
     out = []
     if sol.torch.confidence == "inferred":
@@ -325,14 +350,62 @@ def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _input_notes(q: Query, sol: Solution) -> tuple[str, ...]:
+    """What the query's text was read as, where it is not what the stack shows: a patch release of CUDA or
+    Python (chosen by X.Y; the patch comes from the image or the matrix's CPython tarball)."""
+    out = []
+    given = q.flags()
+    for key, what, got in (("cuda", "CUDA", sol.cuda.release if sol.cuda else None), ("python", "Python", None)):
+        v = given_version(key, given[key]) if key in given else None
+        if v is not None and len(v.release) > 2:
+            held = f" (the image holds {got})" if got else ""
+            out.append(f"{FLAG[key]} {given[key].strip()} is read as {what} {v.major}.{v.minor}: envkit picks {what} by X.Y{held}")
+    return tuple(out)
+
+
+def image_python(m: Matrix, b: TorchBuild, tk: Optional[CudaToolkit]) -> Optional[tuple[Version, str]]:
+    """The Python of the base image a stack is built on, and its OS, where the matrix names the image
+    (CUDA and ROCm images, the CPU image; DTK images come from the site file: None)."""
+    os_name: Optional[str] = None
+    if b.platform == "cuda" and tk is not None:
+        os_name = tk.os
+    elif b.platform == "rocm" and b.toolkit is not None:
+        r = m.rocm_release(b.toolkit)
+        os_name = r.os if r is not None else None
+    elif b.platform == "cpu":
+        os_name = next((o.name for o in m.os if o.cpu_image), None)
+    osr = m.os_release(os_name) if os_name else None
+    return (osr.python, osr.name) if osr is not None else None
+
+
+def _image_python_warning(c: Ctx, pick: _Pick) -> tuple[str, ...]:
+    """Newcomer D6: with no --python, `generate` builds on the base image's own Python when that keeps the same
+    torch, vLLM and flash-attn (app/generate.py `solve`); say so, so that the wheels named here are not taken
+    for the image's."""
+    if c.q.python is not None:
+        return ()
+    img = image_python(c.m, pick.torch, pick.toolkit)
+    if img is None or img[0] == pick.python:
+        return ()
+    py, os_name = img
+    alt = _first_fit(Ctx(c.m, replace(c.q, python=py)))
+    plan = pick.flash_attn[1] if pick.flash_attn else None
+    if alt is None or alt.torch != pick.torch or alt.vllm != pick.vllm or (alt.flash_attn[1] if alt.flash_attn else None) != plan:
+        return ()
+    same = " and ".join(["torch"] + (["vLLM"] if pick.vllm else []) + (["flash-attn"] if pick.flash_attn else []))
+    return (f"the image gets Python {py}, not {pick.python}: generate prefers the base image's own Python ({os_name}) "
+            f"when it installs the same {same}, so its wheels are cp{py.major}{py.minor}; "
+            f"--python {py} shows them, --python {pick.python} builds {pick.python} from source",)
+
+
 def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
     """Newest consistent stack for q, or the conflicts of the nearest miss."""
     c = Ctx(m, q)
     pick = _first_fit(c)
     if pick is not None:
         sol = _solution(c, pick)
-        return Result(q, sol, warnings=_warnings(sol, m))
-    conflicts = _nearest_miss(c)
+        return Result(q, sol, warnings=_input_notes(q, sol) + _image_python_warning(c, pick) + _warnings(sol, m))
+    conflicts = _driver_fix(c, _nearest_miss(c))
     if not conflicts:
         asked = q.flags().get("torch", "")
         have = sorted({b.pin for b in m.torch if q.torch is None or c.admits(q.torch, b.version)})

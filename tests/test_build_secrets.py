@@ -2,7 +2,7 @@
 login (`[pip] netrc = true`, `[apt] netrc = true`), `envkit build --secret ID=FILE` gives the file, the pip and
 apt steps mount it (`RUN --mount=type=secret,...`), and only an engine that can pass secrets builds: Podman
 through its CLI, Docker through buildx; Docker's legacy builder is refused in one line before anything is built.
-The real build, and that the password is in no layer, is tests/integration/test_build_secrets.py."""
+The real build, and that the password is in no layer, is tests/integration/test_secret_builds.py."""
 from __future__ import annotations
 
 import os
@@ -177,7 +177,8 @@ def test_the_cli_builds_name_each_secrets_file_never_its_content(tmp_path):
     common = dict(network="host", buildargs={"http_proxy": "http://proxy.corp:3128"}, nocache=True, dockerfile="Dockerfile",
                   secrets=secrets, iidfile=tmp_path / "iid", docker_host="unix:///tmp/podman.sock")
     podman = secrets_build_command("podman", tmp_path, **common)  # type: ignore[arg-type]
-    assert podman[:5] == ["podman", "--remote", "--url", "unix:///tmp/podman.sock", "build"] and podman[-1] == str(tmp_path)
+    assert podman[:7] == ["podman", "--remote", "--url", "unix:///tmp/podman.sock", "build", "--format", "docker"]
+    assert podman[-1] == str(tmp_path)
     for cmd in (podman, secrets_build_command("buildx", tmp_path, **common)):  # type: ignore[arg-type]
         text = " ".join(cmd)
         assert "--secret id=netrc,src=/home/u/.netrc --secret id=apt-netrc,src=/home/u/apt.conf" in text

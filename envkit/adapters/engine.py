@@ -201,7 +201,7 @@ def secrets_build_command(tool: str, context: Path, *, network: str, buildargs: 
                           secrets: SecretFiles, iidfile: Path, docker_host: str) -> list[str]:
     """The CLI build with secrets, its output plain lines; each secret as id and path, never its content."""
     if tool == "podman":
-        cmd = ["podman", "--remote", "--url", docker_host, "build"]
+        cmd = ["podman", "--remote", "--url", docker_host, "build", "--format", "docker"]  # as its compatible API builds: SHELL kept
     else:
         cmd = ["docker", "buildx", "build", "--progress", "plain", "--load"]
     cmd += ["--file", str(context / dockerfile), "--iidfile", str(iidfile)]

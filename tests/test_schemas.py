@@ -35,7 +35,7 @@ EXPORT_PROJECT = ROOT / "tests" / "golden" / "export" / "envkit.toml"
 
 # The schema of each document (the docs/json-schemas.md table); site and project describe TOML files.
 DOCUMENTS = {"resolve", "generate", "plan", "lock", "solution", "bundle", "manifest", "build", "selftest", "sweep", "doctor",
-             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error"}
+             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show"}
 USER_FILES = {"site", "project"}
 WITHOUT_VERSION_KEY = {"solution", "site", "project"}  # the solution sits inside versioned documents; the TOML files have none
 
@@ -614,6 +614,17 @@ def test_error_documents_on_stdout_with_json(args, kind, code):
     assert doc["error"]["message"] in p.stderr
 
 
+def test_matrix_show_documents_every_table_and_one_by_its_cli_spelling():
+    every = envkit_json("matrix", "show", "--json")
+    strict(every, "matrix-show")
+    assert set(every["tables"]) == {"cuda", "gpu", "torch", "rocm", "dtk", "flash_attn", "vllm", "python", "os"}
+    for t in every["tables"].values():
+        assert all(len(row) == len(t["columns"]) for row in t["rows"])
+    one = envkit_json("matrix", "show", "flash-attn", "--json")
+    strict(one, "matrix-show")
+    assert list(one["tables"]) == ["flash_attn"] and one["tables"]["flash_attn"] == every["tables"]["flash_attn"]
+
+
 EXERCISED_BY = {
     "resolve": ["test_resolve_documents_ok_and_no_solution", "test_every_resolver_case_answers_with_a_valid_document"],
     "solution": ["test_generate_json_and_the_plan_lock_solution_and_label_it_writes", "test_every_resolver_case_answers_with_a_valid_document"],
@@ -633,6 +644,7 @@ EXERCISED_BY = {
     "matrix-refresh": ["test_matrix_refresh_documents_check_differs_and_rewrite"],
     "matrix-export": ["test_matrix_export_json_documents"],
     "error": ["test_error_documents_on_stdout_with_json"],
+    "matrix-show": ["test_matrix_show_documents_every_table_and_one_by_its_cli_spelling"],
     "site": ["test_site_schema_accepts_every_site_file", "test_site_schema_refuses_what_the_parser_refuses"],
     "project": ["test_project_schema_accepts_every_project_file", "test_project_schema_refuses_what_the_parser_refuses"],
 }

@@ -70,6 +70,13 @@ def refresh(
 def show(
     table: Optional[str] = typer.Argument(None, help="cuda, gpu, torch, rocm, dtk, flash_attn, vllm, python, os"),
     matrix_path: Optional[str] = opt.matrix(),
+    as_json: bool = opt.as_json("print the tables as one JSON document (columns and rows of text)"),
 ) -> None:
     """Print the matrix (or one table) as rich tables."""
-    ui.report.print_matrix(app.matrix.load(matrix_path), table)
+    m = app.matrix.load(matrix_path)
+    if as_json:
+        tables = ui.report.matrix_tables(m, table)
+        ui.output.print_json({"schema": 1, "matrix": m.path, "tables": {
+            name: {"title": title, "columns": list(columns), "rows": [list(r) for r in rows]} for name, (title, columns, rows) in tables.items()}})
+    else:
+        ui.report.print_matrix(m, table)

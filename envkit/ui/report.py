@@ -134,21 +134,28 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
     }
 
 
-def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = None) -> None:
+def matrix_tables(m: Matrix, table: Optional[str]) -> dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:
+    """The tables `matrix show` prints: all, or the one named (flash-attn as the CLI spells it, or flash_attn)."""
     from envkit.errors import InputError
 
-    c = console or _console()
     tables = _matrix_tables(m)
-    if table is not None and table not in tables:
+    if table is None:
+        return tables
+    name = table.strip().lower().replace("-", "_")
+    if name not in tables:
         raise InputError(f"unknown table {table!r}", f"use one of {', '.join(tables)}")
-    for name, (title, columns, rows) in tables.items():
-        if table in (None, name):
-            t = Table(title=title)
-            for col in columns:
-                t.add_column(col, overflow="fold")
-            for row in rows:
-                _row(t, *row)
-            c.print(t)
+    return {name: tables[name]}
+
+
+def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = None) -> None:
+    c = console or _console()
+    for name, (title, columns, rows) in matrix_tables(m, table).items():
+        t = Table(title=title)
+        for col in columns:
+            t.add_column(col, overflow="fold")
+        for row in rows:
+            _row(t, *row)
+        c.print(t)
 
 
 def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:

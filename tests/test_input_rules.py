@@ -337,3 +337,9 @@ def test_newcomer_d6_the_readme_example_says_cp310():
 def test_doctor_for_a_cpu_stack_on_a_gpu_host_does_not_add_the_hosts_gpu(text):
     h = Host(driver="580.159.04", gpus=(GpuFact("NVIDIA H200", "9.0"),))
     assert [f.rule for f in for_findings(M, h, parse_flag_string(text))] == ["for.works"]
+
+
+def test_newcomer_1_4_doctor_for_names_the_flag_meant():
+    with pytest.raises(InputError) as info:
+        parse_flag_string("--gpu H100 --torh 2.4")
+    assert info.value.fix.startswith("did you mean --torch?")

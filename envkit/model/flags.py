@@ -4,6 +4,7 @@ doctor's `--for "..."` string, a project file's target keys, the lock's `query` 
 written into a generated Dockerfile."""
 from __future__ import annotations
 
+import difflib
 import shlex
 import unicodedata
 from dataclasses import dataclass
@@ -118,7 +119,9 @@ def parse_flag_string(text: str, what: str = "--for") -> ResolveFlags:
     while i < len(words):
         key, eq, value = words[i].partition("=")
         if key not in _BY_OPTION:
-            raise InputError(f"{what}: unknown resolve flag {key!r}", f"use resolve flags: {', '.join(_BY_OPTION)}")
+            close = difflib.get_close_matches(key, list(_BY_OPTION), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise InputError(f"{what}: unknown resolve flag {shown(key)}", f"{hint}use resolve flags: {', '.join(_BY_OPTION)}")
         if not eq:  # --torch 2.4; --torch= is an empty value, refused by check_values
             if i + 1 >= len(words):
                 raise InputError(f"{what}: {key} needs a value", f"write {key} VALUE")

@@ -124,8 +124,8 @@ def _spec(text: str, what: str, option: str) -> tuple[SpecifierSet, Optional[str
 
 
 class _Tk(NamedTuple):
-    """How one toolkit flag is written: its tag prefixes (cu124, rocm6.2), the largest prefix a version may be,
-    and its example."""
+    """How one toolkit (or Python) flag is written: what it names, its tag prefixes (cu124, rocm6.2, cp311), and
+    the examples its errors give."""
     what: str
     prefixes: tuple[str, ...]
     example: str
@@ -268,11 +268,16 @@ def platform_claims(m: Matrix, q: Query) -> list[_Claim]:
     """The flags that pick a platform, in the order a message names them: the toolkit flags, --platform,
     and a torch variant (+cu124 is a CUDA build)."""
     given = q.flags()
-    out = [_Claim(k, f"{FLAG[k]} {given[k]}", FLAG[k]) for k in ("cuda", "rocm", "dtk") if getattr(q, k) is not None]
+
+    def text(key: str) -> str:
+        return given.get(key, str(getattr(q, key)))
+
+    out = [_Claim(k, f"{FLAG[k]} {text(k)}", FLAG[k]) for k in ("cuda", "rocm", "dtk") if getattr(q, k) is not None]
     if q.platform is not None:
-        out.append(_Claim(q.platform, f"--platform {given['platform']}", "--platform"))
+        out.append(_Claim(q.platform, f"--platform {text('platform')}", "--platform"))
     if q.torch_local is not None:
-        out.append(_Claim(local_builds(m, q.torch_local)[0], f"--torch {given['torch']}", f"the +{q.torch_local} of --torch"))
+        out.append(_Claim(local_builds(m, q.torch_local)[0], f"--torch {given.get('torch', '+' + q.torch_local)}",
+                          f"the +{q.torch_local} of --torch"))
     return out
 
 
@@ -285,7 +290,7 @@ def _refuse_contradictions(m: Matrix, q: Query) -> None:
     for a in claims:
         b = next((x for x in claims if x.platform != a.platform), None)
         if b is not None:
-            kind = "toolkit" if a.drop.startswith("--") and b.drop.startswith("--") and "--platform" not in (a.drop, b.drop) else "platform"
+            kind = "toolkit" if {a.drop, b.drop} <= {"--cuda", "--rocm", "--dtk"} else "platform"
             raise InputError(f"{a.shown} asks for a {PLATFORM_WORD[a.platform]} stack and {b.shown} for a {PLATFORM_WORD[b.platform]} one: "
                              f"a stack has one {kind}",
                              f"drop {b.drop} for a {PLATFORM_WORD[a.platform]} stack, or {a.drop} for a {PLATFORM_WORD[b.platform]} one")

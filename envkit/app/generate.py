@@ -50,7 +50,9 @@ def solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFl
         alt = resolve(m, parse_query(m, alt_flags))
         if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
                 and alt.solution.flash_attn == sol.flash_attn:
-            return alt, alt_flags
+            note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
+                    f"{sol.python} would (--python {sol.python} builds that one instead)")
+            return replace(alt, query=result.query, warnings=(note,) + alt.warnings), alt_flags
     return result, flags
 
 

@@ -85,7 +85,7 @@ class Host:
                    nvml_error=nv.text("nvml_error"), nvml_library=nv.text("nvml_library"),
                    kernel_module=nv.text("kernel_module", _VERSION),
                    gpus=tuple(gpus), nvcc=tk.text("nvcc"), cuda_home=tk.text("cuda_home"),
-                   cuda_runtimes=tk.texts("cuda_runtimes"), ld_library_path=tk.text("ld_library_path") or "",
+                   cuda_runtimes=tk.texts("cuda_runtimes"), ld_library_path=tk.text("ld_library_path", nullable=False) or "",
                    torch=dp.text("torch") or py.text("torch") or pk.text("torch"),
                    torch_cuda=dp.text("torch_cuda") if "torch_cuda" in dp.raw else py.text("torch_cuda"),
                    torch_hip=dp.text("torch_hip") if "torch_hip" in dp.raw else py.text("torch_hip"),
@@ -135,9 +135,9 @@ class _Facts:
             raise self._bad(self._key(key), items, "a JSON list")
         return [_Facts(v, f"{self._key(key)}[{i}]") for i, v in enumerate(items)]
 
-    def text(self, key: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[str]:
+    def text(self, key: str, pattern: Optional[re.Pattern[str]] = None, nullable: bool = True) -> Optional[str]:
         v = self.raw.get(key)
-        if v is None:
+        if v is None and (nullable or key not in self.raw):
             return None
         if not isinstance(v, str):
             raise self._bad(self._key(key), v, "a string")

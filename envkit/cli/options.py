@@ -22,22 +22,28 @@ def as_json(help: str = "print one stable JSON document") -> Any:
 
 
 def matrix(help: str = "another matrix.toml (default: the built-in one)") -> Any:
-    return typer.Option(None, "--matrix", help=help)
+    return typer.Option(None, "--matrix", metavar="MATRIX.toml", help=help)
 
 
 def lock(help: str) -> Any:
-    return typer.Option(None, "--lock", help=help)
+    return typer.Option(None, "--lock", metavar="envkit.lock.json", help=help)
 
 
 def mirror(help: str) -> Any:
-    return typer.Option(None, "--mirror", help=help)
+    return typer.Option(None, "--mirror", metavar="SITE.toml", help=help)
 
 
 def junit(help: str) -> Any:
-    return typer.Option(None, "--junit", help=help)
+    return typer.Option(None, "--junit", metavar="FILE.xml", help=help)
 
 
 FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")
+
+
+def _completer(choices: tuple[str, ...]) -> Optional[Callable[[str], list[str]]]:
+    if not choices:
+        return None
+    return lambda incomplete: [c for c in choices if c.startswith(incomplete)]
 
 
 def resolve_flags(command: F) -> F:
@@ -46,7 +52,9 @@ def resolve_flags(command: F) -> F:
     hints = typing.get_type_hints(command)
     own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values() if p.name != "flags"]
     added = [inspect.Parameter(f.key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
-                               default=typer.Option(None, f.option, help=f.help)) for f in RESOLVE_FLAGS]
+                               default=typer.Option(None, f.option, help=f.help, metavar=f.metavar,
+                                                                     autocompletion=_completer(f.choices)))
+             for f in RESOLVE_FLAGS]
 
     @functools.wraps(command)
     def with_flags(**given: Any) -> Any:

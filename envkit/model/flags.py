@@ -18,6 +18,8 @@ class FlagSpec:
     key: str
     help: str
     example: str = ""  # a value that fits the flag, for the fixes of error messages
+    metavar: str = "TEXT"  # how --help shows the value
+    choices: tuple[str, ...] = ()  # offered by shell completion where the values are a closed set
 
     @property
     def option(self) -> str:
@@ -25,17 +27,17 @@ class FlagSpec:
 
 
 RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
-    FlagSpec("gpu", "GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)", "H100"),
-    FlagSpec("driver", "NVIDIA driver version, e.g. 535.104.05", "535.104.05"),
-    FlagSpec("platform", "cuda, rocm, dtk or cpu", "cuda"),
-    FlagSpec("cuda", "CUDA toolkit X.Y (12 means the newest 12.x; cu124 is 12.4)", "12.4"),
-    FlagSpec("rocm", "ROCm X.Y (6 means the newest 6.x)", "6.2"),
-    FlagSpec("dtk", "Hygon DTK YY.MM (24 means the newest 24.x)", "24.04"),
-    FlagSpec("python", "Python X.Y (3 means the newest 3.x)", "3.11"),
-    FlagSpec("torch", "torch version or specifier; may carry +cu118", "2.4.1"),
-    FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)", "2.6.3"),
-    FlagSpec("vllm", "vLLM version or specifier", "0.6.3"),
-    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary"),
+    FlagSpec("gpu", "GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)", "H100", metavar="NAME|sm_XY|gfxNNN"),
+    FlagSpec("driver", "NVIDIA driver version, e.g. 535.104.05", "535.104.05", metavar="X.Y.Z"),
+    FlagSpec("platform", "cuda, rocm, dtk or cpu", "cuda", metavar="cuda|rocm|dtk|cpu", choices=("cuda", "rocm", "dtk", "cpu")),
+    FlagSpec("cuda", "CUDA toolkit X.Y (12 means the newest 12.x; cu124 is 12.4)", "12.4", metavar="X.Y"),
+    FlagSpec("rocm", "ROCm X.Y (6 means the newest 6.x)", "6.2", metavar="X.Y"),
+    FlagSpec("dtk", "Hygon DTK YY.MM (24 means the newest 24.x)", "24.04", metavar="YY.MM"),
+    FlagSpec("python", "Python X.Y (3 means the newest 3.x)", "3.11", metavar="X.Y"),
+    FlagSpec("torch", "torch version or specifier; may carry +cu118", "2.4.1", metavar="VERSION|SPEC"),
+    FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)", "2.6.3", metavar="VERSION|SPEC"),
+    FlagSpec("vllm", "vLLM version or specifier", "0.6.3", metavar="VERSION|SPEC"),
+    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
 )
 FLAG_ORDER: tuple[str, ...] = tuple(f.key for f in RESOLVE_FLAGS)
 FLAG: dict[str, str] = {f.key: f.option for f in RESOLVE_FLAGS}

@@ -341,3 +341,17 @@ def test_the_checks_table_names_the_built_in_decoder_and_the_definition():
     print_selftest(doc, None, console)
     text = console.export_text()
     assert "built-in decoder tokens/s" in text and "1/TPOT; built-in torch decoder, no KV cache" in text
+
+
+def test_engine_vllm_without_vllm_is_a_failed_check_before_any_model_is_built(tmp_path):
+    """Newcomer review: --engine vllm without vLLM built the model first, then printed ModuleNotFoundError."""
+    assert VPY.exists(), "no torch environment: run ./scripts/test.sh (it runs ./scripts/start-vllm-env.sh)"
+    code = ("import runpy, sys; sys.modules['vllm'] = None; "
+            f"sys.argv = ['selftest.py', '--quick', '--shape', 'tiny', '--engine', 'vllm', '--json']; "
+            f"runpy.run_path({str(ROOT / 'envkit/inimage/selftest.py')!r}, run_name='__main__')")
+    p = subprocess.run([str(VPY), "-c", code], capture_output=True, text=True, timeout=900, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    doc = json.loads(p.stdout)
+    check = next(c for c in doc["checks"] if c["name"] == "decode tiny vllm")
+    assert check["ok"] is False and "vllm is not installed" in check["detail"] and "drop --engine vllm" in check["detail"]
+    assert doc["models"] == [] and "building the tiny shape" not in p.stderr
+    assert p.returncode == 1

@@ -443,11 +443,27 @@ def failed_check(name: str, exc: BaseException, limit: int | None = 300, since: 
     return check if since is None else _timed(check, since)
 
 
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that fails to import, or a module blocked in sys.modules
+        return False
+
+
 def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: int, new_tokens: int, peak_gbs: float,
                    parity: bool, lambada_texts: tuple = (), say=_quiet) -> tuple:
     """Decode one shape or model dir with each engine: (model rows, check rows, lambada rows); progress to `say`."""
     import tempfile
 
+    rows, checks, accuracy = [], [], []
+    if "vllm" in engines and not _importable("vllm"):  # say so before the model is built, not after
+        checks.append({"name": f"decode {target} vllm", "ok": False, "seconds": 0.0,
+                       "detail": "vllm is not installed in this Python: install the vllm wheel the solution names, or drop --engine vllm"})
+        engines = tuple(e for e in engines if e != "vllm")
+        if not engines:
+            return rows, checks, accuracy
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     dtype_name = str(dtype).split(".")[-1]
     say(f"building the {target} shape (random weights, {dtype_name})" if target in SHAPES else f"loading {target} ({dtype_name})")
@@ -456,7 +472,6 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
     roofline = peak_gbs * 1e9 / weight_bytes_per_token(model) if peak_gbs else None
     torch.manual_seed(1)
     ids = torch.randint(10, model.config.vocab_size, (1, prompt_len), device=device)
-    rows, checks, accuracy = [], [], []
     scratch = None
     for engine in engines:
         name = f"{target} {engine}"

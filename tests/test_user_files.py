@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+import fuzzing
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -158,6 +159,7 @@ KINDS: dict[str, tuple[Callable[[], str], Callable[[str, Path], object], str]] =
 
 def _holds(kind: str, path: Path, tmp: Path) -> None:
     """The property: the reader succeeds, or raises one InputError whose one line names the file."""
+    fuzzing.CASES[f"user file: {kind}"] += 1
     try:
         KINDS[kind][1](str(path), tmp)
         event("read")

@@ -183,6 +183,7 @@ def test_the_probe_runs_with_the_standard_library_only_and_never_imports_torch(t
     rec = json.loads(p.stdout)
     assert rec["schema"] == 1 and {"nvidia", "amd", "toolkit", "python"} <= set(rec)
     assert rec["python"]["torch"] == "2.11.0+cu130" and rec["python"]["torch_cuda"] == "13.0"  # read from version.py
+    assert rec["nvidia"]["nvml"] == {"via": "ctypes"}  # no nvidia-ml-py on this path: the probe's own ctypes binding
     assert not (tmp_path / "imported").exists()
 
 

@@ -37,7 +37,8 @@ THIRD_PARTY: dict[str, set[str]] = {
 # The values and the pure core touch no process, file system, network or thread.
 NO_IO = {"model", "core"}
 IO_MODULES = {"os", "subprocess", "socket", "http", "shutil", "tempfile", "pickle", "threading", "urllib.request", "requests", "docker"}
-IN_IMAGE_LAZY = {"torch", "transformers", "vllm", "flash_attn", "rotary_emb", "dropout_layer_norm"}
+# pynvml: probe.py reads NVML through nvidia-ml-py where it imports, its ctypes binding where it does not
+IN_IMAGE_LAZY = {"torch", "transformers", "vllm", "flash_attn", "rotary_emb", "dropout_layer_norm", "pynvml"}
 
 
 def _layer(path: Path, root: Path = PKG) -> str:

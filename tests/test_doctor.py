@@ -111,6 +111,37 @@ def test_for_says_when_a_stack_works_and_warns_about_the_hosts_nvcc():
     assert rules == ["kernels.nvcc-torch-cuda", "for.works"]
 
 
+@pytest.mark.parametrize("host, text, expect", [
+    (Host(nvml_error="libnvidia-ml.so.1 not found"), "--gpu H100 --torch 2.4", ["for.no-gpu"]),
+    (Host(), "--torch 2.4 --flash-attn 2.6", ["for.no-gpu"]),
+    (Host(nvml_error="Driver/library version mismatch", kernel_module="580.173.02"), "--gpu A100 --torch 2.4", ["for.no-gpu"]),
+    (Host(nvcc="13.0"), "--gpu H100 --torch 2.4 --flash-attn 2.6 --kernels rotary", ["kernels.nvcc-torch-cuda", "for.no-gpu"]),
+    (Host(), "--platform cpu", ["for.works"]),            # a CPU stack does work on a host without a GPU
+    (Host(), "--gpu V100 --flash-attn 2", ["flash-attn.gpu-arch"]),  # a stack that cannot resolve is still an error
+])
+def test_newcomer_2_doctor_for_on_a_host_without_a_gpu_says_so(host, text, expect):
+    """newcomer review 2: `doctor --for "--gpu H100 --torch 2.4"` on a host with no GPU said "this stack resolves on
+    this host". It is a warning naming that no GPU was seen: the stack was checked against the flags alone."""
+    findings = for_findings(M, host, _for(text))
+    assert [f.rule for f in findings] == expect
+    for f in findings:
+        if f.rule == "for.no-gpu":
+            assert f.severity == "warning" and "no GPU was seen on this host" in f.seen and "flags alone" in f.why
+            assert (host.nvml_error or "no GPU") in f.seen and f.fix.startswith("run envkit doctor --for on the GPU host")
+    assert not any("resolves on this host" in f.why for f in findings if f.rule != "for.works")
+    assert healthy(findings) == (expect == ["for.works"])
+
+
+def test_newcomer_2_doctor_for_without_a_gpu_through_the_cli(tmp_path):
+    f = tmp_path / "facts.json"
+    f.write_text(json.dumps({"schema": 1, "nvidia": {"nvml": {"via": "pynvml"}, "nvml_error": "libnvidia-ml.so.1 not found"}}))
+    p = subprocess.run([sys.executable, "-m", "envkit", "doctor", "--facts", str(f), "--for", "--gpu H100 --torch 2.4", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert sorted(x["rule"] for x in doc["findings"]) == ["for.no-gpu", "host.no-gpu"] and doc["ok"] is False
+
+
 @pytest.mark.parametrize("text", ["--torch", "--gpu H100 --frobnicate 3", "--torch '2.4"])
 def test_bad_for_strings_are_input_errors(text):
     with pytest.raises(InputError):

@@ -316,7 +316,8 @@ def _dtk_checks(m: Matrix, h: Host) -> list[Finding]:
 def _host_checks(m: Matrix, h: Host) -> list[Finding]:
     if not h.gpus and not h.dcu_name and not (h.nvml_error and "mismatch" in h.nvml_error.lower()):
         return [Finding("info", "host.no-gpu", "no GPU found" + (f" ({h.nvml_error})" if h.nvml_error else ""),
-                        "GPU checks were skipped", "run envkit doctor on the GPU host, or pass --for to judge a planned stack", "doc:envkit doctor")]
+                        "GPU checks were skipped",
+                        "run envkit doctor on the GPU host (envkit resolve --gpu NAME plans a stack for one)", "doc:envkit doctor")]
     return []
 
 

@@ -45,5 +45,13 @@ def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
                              "extensions must be compiled with the CUDA major torch was built with",
                              f"build the kernels in the CUDA {result.solution.toolkit} devel image (envkit generate {shown})",
                              "https://github.com/pytorch/pytorch/issues/136845"))
+    if not cpu and not host.gpus and not host.dcu_name:
+        # newcomer review 2: "this stack resolves on this host" was said of a host with no GPU, which proves nothing
+        no_gpu = "no GPU was seen on this host" + (f" ({host.nvml_error})" if host.nvml_error else "")
+        return extra + [Finding("warning", "for.no-gpu", f"asked: {shown}; {no_gpu}",
+                                "the stack was checked against the flags alone, not against a GPU or driver here: it resolves to "
+                                + ", ".join(f"{k} {v}" for k, v in s.items()),
+                                f"run envkit doctor --for on the GPU host; to plan for another host, envkit resolve {shown}",
+                                "doc:envkit doctor")]
     return extra + [Finding("info", "for.works", f"asked: {shown}", "this stack resolves on this host: " + ", ".join(f"{k} {v}" for k, v in s.items()),
                     "envkit generate " + shown, result.solution.sources[0] if result.solution.sources else "doc:matrix.toml")]

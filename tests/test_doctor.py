@@ -253,3 +253,42 @@ def test_selftest_arch_check_accepts_sass_of_the_same_major_and_ptx():
     assert not arch_runs((12, 0), cu121)       # RTX 5090: no sm_12x, no PTX
     assert arch_runs((12, 0), cu121 + ["compute_90"])
     assert not arch_runs((7, 0), ["sm_75", "sm_80"])
+
+
+# ---------------------------------------------------------------- doctor --deep says what it waits for
+
+class _Said:
+    """A Reporter that records what is said, beside the probe's own events (app.reporter.Silent otherwise)."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def say(self, message: str) -> None:
+        self.events.append("say: " + message)
+
+    def __getattr__(self, name: str):
+        return lambda *a, **k: None
+
+
+@pytest.mark.parametrize("deep, said", [(True, True), (False, False)])
+def test_newcomer_1_7_doctor_deep_says_it_waits_for_the_subprocess_before_it_starts(deep, said, monkeypatch):
+    """newcomer review 1.7: doctor --deep showed nothing while a subprocess imported torch (up to 120 s)."""
+    from envkit.app import doctor as app_doctor
+
+    events: list[str] = []
+    monkeypatch.setattr(app_doctor.probe, "collect", lambda deep_mode=False: events.append(f"probe deep={deep_mode}") or {"schema": 1})
+    app_doctor.run(deep=deep, reporter=_Said(events))
+    if said:
+        assert len(events) == 2 and events[1] == "probe deep=True", events
+        assert events[0].startswith("say: doctor --deep: importing torch") and f"at most {probe.DEEP_TIMEOUT:.0f} s" in events[0]
+    else:
+        assert events == ["probe deep=False"]
+
+
+def test_newcomer_1_7_doctor_deep_status_line_goes_to_stderr_and_quiet_drops_it():
+    cmd = [sys.executable, "-m", "envkit"]
+    p = subprocess.run(cmd + ["doctor", "--deep", "--json"], capture_output=True, text=True, timeout=200)
+    assert p.returncode in (0, 1), p.stderr
+    assert json.loads(p.stdout)["facts"]["deep"] is not None and "doctor --deep: importing torch" in p.stderr
+    q = subprocess.run(cmd + ["-q", "doctor", "--deep", "--json"], capture_output=True, text=True, timeout=200)
+    assert q.returncode == p.returncode and "importing torch" not in q.stderr, q.stderr

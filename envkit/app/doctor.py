@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from envkit import data
 from envkit.adapters.engine import ContainerEngine, Engine
+from envkit.app.reporter import Reporter, Silent
 from envkit.config import matrix_file
 from envkit.config.userfile import parse_json, read_json
 from envkit.core.judge import healthy, judge
@@ -107,9 +108,12 @@ def for_flags(m: Matrix, for_: Optional[str]) -> Optional[ResolveFlags]:
 
 
 def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optional[str] = None, for_: Optional[str] = None,
-        facts_file: Optional[str] = None) -> DoctorOutcome:
+        facts_file: Optional[str] = None, reporter: Reporter = Silent()) -> DoctorOutcome:
     m = matrix_file.load(matrix_path)
     flags = for_flags(m, for_)
+    if deep and not facts_file:  # newcomer review 1.7: nothing was shown while the subprocess ran
+        reporter.say(f"doctor --deep: importing torch and the compiled modules in a subprocess{' inside ' + image if image else ''}"
+                     f" (at most {probe.DEEP_TIMEOUT:.0f} s) ...")
     record = read_facts(facts_file) if facts_file else probe.collect(deep_mode=deep and not image)
     image_record = probe_image(image, deep) if image else None
     whose = f"facts file {facts_file}" if facts_file else "this host's probed facts"

@@ -85,7 +85,8 @@ def doctor(
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
     if junit_path:
         ui.junit.prepare(junit_path)
-    d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file)
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+        d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file, reporter=reporter)
     finish(d, as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), image), junit_path,
            f"envkit doctor{' --image ' + image if image else ''}", lambda: ui.junit.doctor_cases(list(d.findings)))
 

@@ -431,7 +431,10 @@ print(json.dumps(out))
 '''
 
 
-def deep(timeout: float = 120) -> dict:
+DEEP_TIMEOUT = 120.0  # seconds the --deep subprocess may take to import torch and the compiled modules
+
+
+def deep(timeout: float = DEEP_TIMEOUT) -> dict:
     try:
         p = subprocess.run([sys.executable, "-c", DEEP, *MODULES], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

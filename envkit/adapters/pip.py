@@ -1,24 +1,61 @@
 """pip, run as a subprocess of this Python: each line of its output handed to a callback (the bundle's
-reporter, or a target's log under build --all), and a failure as one ExternalError naming pip's first error."""
+reporter, or a target's log under build --all), and a failure as one ExternalError naming pip's first error;
+a wheel refused by --require-hashes is named with the sha256 the lock pins and the one it has."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, NamedTuple, Sequence
+from urllib.parse import unquote, urlsplit
 
 from envkit.errors import ExternalError
 
+HASH_MISMATCH = "DO NOT MATCH THE HASHES"
+_FROM = re.compile(r"^\s+(\S+) from (\S+?)(?:#\S*)?(?: \(from .*\))?:$")
+_EXPECTED = re.compile(r"^\s+Expected sha256 ([0-9a-f]{64})")
+_GOT = re.compile(r"^\s+Got\s+([0-9a-f]{64})")
+
+
+class Mismatch(NamedTuple):
+    requirement: str
+    filename: str
+    expected: str
+    got: str
+
+
+def hash_mismatches(lines: Sequence[str]) -> list[Mismatch]:
+    """The wheels pip refused in --require-hashes mode: what was asked, the file, the pinned and the actual sha256."""
+    found: list[Mismatch] = []
+    requirement = filename = expected = ""
+    for line in lines:
+        if m := _FROM.match(line):
+            requirement, filename, expected = m.group(1), unquote(urlsplit(m.group(2)).path.rsplit("/", 1)[-1]), ""
+        elif (m := _EXPECTED.match(line)) and requirement:
+            expected = m.group(1)
+        elif (m := _GOT.match(line)) and requirement and expected:
+            found.append(Mismatch(requirement, filename, expected, m.group(1)))
+            requirement = ""
+    return found
+
 
 def run(args: list[str], on_line: Callable[[str], None], fix: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1)
+    assert proc.stdout is not None
     lines: list[str] = []
-    with subprocess.Popen([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          bufsize=1) as proc:  # closes pip's pipe and waits for it, also when on_line raises
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            if line.strip():
-                lines.append(line)
-                on_line(line)
-    if proc.returncode != 0:
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if line.strip():
+            lines.append(line)
+            on_line(line)
+    if proc.wait() != 0:
+        mismatches = hash_mismatches(lines) if any(HASH_MISMATCH in ln for ln in lines) else []
+        if mismatches:
+            named = "; ".join(f"{m.requirement} ({m.filename}) has sha256 {m.got[:16]}..., the lock pins {m.expected[:16]}..."
+                              for m in mismatches)
+            raise ExternalError(f"pip {args[0]} refused a wheel whose sha256 is not the lock's: {named[:600]}",
+                                "the index serves another file under that version: find out why before trusting it; "
+                                "make the lock again (envkit lock) only if the new file is trusted")
         first_error = next((ln for ln in lines if ln.startswith("ERROR:")), lines[-1] if lines else "pip failed")
         raise ExternalError(f"pip {args[0]} failed: {first_error[:300]}", fix)

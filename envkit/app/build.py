@@ -13,6 +13,7 @@ from envkit.adapters.engine import Engine
 from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
+from envkit.app.lock import check_bundle, check_mirror_build
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import project_file
 from envkit.config.lockfile import LOCK_NAME
@@ -43,6 +44,7 @@ class BuildRequest:
     dry_run: bool = False
     matrix_path: Optional[str] = None
     secrets: tuple[str, ...] = ()  # `--secret ID=FILE` as given: the files the Dockerfile's secret mounts read
+    locked: bool = False  # refuse unless the bundle (or the engine's base images) still match the pinned lock
 
 
 @dataclass(frozen=True)
@@ -138,20 +140,27 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     if req.offline:
         if not req.bundle_dir:
             raise InputError("--offline builds a bundle: --bundle DIR is missing", "pass --bundle DIR (made by envkit bundle)")
-        if req.flags.any() or req.lock or req.mirror:
-            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock and --mirror do not apply",
-                             "drop them, or make a new bundle")
+        if req.flags.any() or (req.lock and not req.locked) or req.mirror:
+            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock (but with --locked) and --mirror "
+                             "do not apply", "drop them, or make a new bundle")
         if req.secrets:
             raise InputError("--offline builds reach no mirror, so they take no --secret",
                              "drop --secret: the bundle was made where the mirrors' logins are (envkit bundle reads that machine's netrc)")
         context = Path(req.bundle_dir)
         if not context.is_dir():
             raise InputError(f"bundle directory {req.bundle_dir} does not exist", "pass the directory written by envkit bundle")
+        if req.locked:
+            check_bundle(context, req.lock, req.matrix_path)
     else:
         if req.bundle_dir:
             raise InputError("--bundle is for offline builds", "add --offline, or drop --bundle to build against --mirror")
         if not req.mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
+        if req.locked:  # checked before the context is written
+            pre = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options())
+            if isinstance(pre, Unsolved):
+                return pre
+            check_mirror_build(pre.plan, req.lock, reporter.say)
         g = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(), out=req.out)
         if isinstance(g, Unsolved):
             return g

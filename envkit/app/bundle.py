@@ -16,6 +16,7 @@ from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
 from envkit.app.generate import Generated, generate
+from envkit.app.lock import check_engine_images, context_lock, fetch_locked_wheels, holds_lock, require_pinned
 from envkit.app.reporter import Reporter, Silent, Tick
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
@@ -175,12 +176,16 @@ class Bundled:
 
 def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                 mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
-                reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None) -> Union[Bundled, Unsolved]:
+                reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None,
+                locked: bool = False) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
     g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
     if isinstance(g, Unsolved):
         return g
+    pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images
+    if locked:
+        require_pinned(pinned, lock, "bundle")
     root = Path(out)
     report = BundleReport(root)
     old = read_manifest(root)
@@ -188,7 +193,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         say(f"{MANIFEST} is unreadable: treated as absent (each carried file is checked on its own, or fetched again)")
     if old.state == "read" and (root / "envkit.plan.json").is_file() \
             and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
-            and all(_problem_path(p) in g.files for p in verify(root)):
+            and all(_problem_path(p) in g.files for p in verify(root)) and holds_lock(root, pinned):
         # Same plan, every carried artifact verified: only the generated files may need rewriting.
         unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in g.files.items())
         if not unchanged:
@@ -213,7 +218,13 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         if found.foreign:
             say(f"carrying {len(found.foreign)} file(s) envkit did not write as they are (--force): {', '.join(found.foreign[:3])}")
     fetch_sources(g.plan, root, report, say, progress_factory)
-    fetch_wheels(g.plan, g.plan.stages[0].os, root, find_links, report, say)
+    if pinned.pinned:
+        downloaded, reused = fetch_locked_wheels(g.plan, pinned, root, find_links, say)
+        report.downloaded += downloaded
+        report.reused += reused
+        check_engine_images(engine, g.plan, pinned, say)
+    else:
+        fetch_wheels(g.plan, g.plan.stages[0].os, root, find_links, report, say)
     fetch_debs(engine, g.plan, root, report, say)
     images = save_images(engine, g.plan, root, report, say, progress_factory, old)
     doc = write_manifest(root, images)

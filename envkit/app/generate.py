@@ -14,6 +14,7 @@ from envkit.core.render import render
 from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
+from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
 from envkit.model.plan import BuildPlan, Options
 from envkit.model.site import Site
@@ -74,6 +75,7 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
     """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole."""
     m = matrix_file.load(matrix_path)
     site = load_site(mirror) if mirror else Site()
+    locked: Optional[Lock] = None  # a replayed lock: its pinned wheels and images travel into the context's lock
     if lock:
         if flags.any():
             raise InputError("--lock replays a resolved query; resolve flags cannot be combined with it",
@@ -94,7 +96,7 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
         return Unsolved(result)
     p = plan(m, result.solution, site, opts)
     command = command_line(given, site, opts, lock)
-    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts).to_json())
+    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts, locked).to_json())
     if out is not None:
         write_tree(out, files, force)
     return Generated(p, result, files, command, out)

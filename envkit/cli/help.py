@@ -16,13 +16,19 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit generate --gpu A100 --mirror site.toml -o ctx    # intranet mirrors only",
         "envkit generate --lock envkit.lock.json --offline -o ctx",
     ),
+    "lock": (
+        "envkit lock --platform cpu --torch 2.13.0 -o envkit.lock.json   # every wheel by sha256, base images by digest",
+        "envkit lock --gpu H100 --cuda 12.4 --mirror site.toml",
+    ),
     "bundle": (
         "envkit bundle --gpu H100 --flash-attn 2 -o carry        # on a connected machine",
         "envkit bundle --lock envkit.lock.json --mirror site.toml -o carry",
+        "envkit bundle --lock envkit.lock.json --locked -o carry # exactly the lock's wheels (pip --require-hashes)",
     ),
     "build": (
         "envkit build --offline --bundle carry --dry-run         # the preflight and plan, nothing built",
         "envkit build --offline --bundle carry -t llm:cu124",
+        "envkit build --offline --bundle carry --locked --lock envkit.lock.json   # refuse what no longer matches",
         "envkit build --project envkit.toml --all -j 2",
         "envkit build --mirror site.toml --secret netrc=~/.netrc   # an index that asks for a login (Podman or buildx)",
     ),

@@ -58,7 +58,8 @@ def generate(
 @resolve_flags
 def bundle(
     flags: ResolveFlags,
-    lock: Optional[str] = opt.lock("bundle an envkit.lock.json instead of resolve flags"),
+    lock: Optional[str] = opt.lock("bundle an envkit.lock.json instead of resolve flags (a pinned one: its wheels by sha256)"),
+    locked: bool = typer.Option(False, "--locked", help="refuse unless --lock pins every wheel and base image (envkit lock)"),
     mirror: Optional[str] = opt.mirror("fetch through the site's mirrors (SITE.toml)"),
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
@@ -69,8 +70,24 @@ def bundle(
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
-                        force=force, reporter=reporter)
+                        force=force, reporter=reporter, locked=locked)
     finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
+
+
+@resolve_flags
+def lock(
+    flags: ResolveFlags,
+    mirror: Optional[str] = opt.mirror("resolve the wheels on the site's mirrors (SITE.toml)"),
+    find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
+    out: str = typer.Option("envkit.lock.json", "-o", "--out", help="the lock file to write (replaced whole)"),
+    as_json: bool = opt.as_json("print the lock document"),
+    matrix_path: Optional[str] = opt.matrix(),
+) -> None:
+    """Pin the stack: every wheel the image installs (transitive, by sha256, per pip step) and every base image by digest."""
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+        locked = app.lock.make_lock_file(flags, out=out, matrix_path=matrix_path, mirror=mirror, find_links=tuple(find_links),
+                                         reporter=reporter)
+    finish(locked, as_json, lambda done: ui.progress.console().print(done.summary(), markup=False, highlight=False))
 
 
 @resolve_flags
@@ -78,7 +95,9 @@ def build(
     flags: ResolveFlags,
     offline: bool = typer.Option(False, "--offline", help="build a bundle with the network off"),
     bundle_dir: Optional[str] = typer.Option(None, "--bundle", help="the bundle directory (with --offline)"),
-    lock: Optional[str] = opt.lock("build an envkit.lock.json (mirror mode)"),
+    lock: Optional[str] = opt.lock("build an envkit.lock.json (mirror mode); with --offline --locked, the lock to hold the bundle to"),
+    locked: bool = typer.Option(False, "--locked", help="refuse unless the bundle (its wheels by sha256, base images by ID) or the "
+                                                         "engine's base images still match the pinned lock (exit 5 for a bundle)"),
     mirror: Optional[str] = opt.mirror("build against the site's mirrors (SITE.toml)"),
     project: Optional[str] = typer.Option(None, "--project", help="project file with named targets (envkit.toml)"),
     target: Optional[str] = typer.Option(None, "--target", help="build this target of --project"),
@@ -99,7 +118,7 @@ def build(
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
                                  network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                 secrets=tuple(secret))
+                                 secrets=tuple(secret), locked=locked)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

@@ -1,9 +1,11 @@
-"""envkit.lock.json: what a generated context was resolved from, written so it can be replayed exactly."""
+"""envkit.lock.json: what a generated context was resolved from, written so it can be replayed exactly; and,
+for a lock written by `envkit lock`, the wheels and base images it pins."""
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
+from typing import Optional
 
 from envkit import __version__
 from envkit.config.userfile import parse_json, read_text
@@ -16,6 +18,7 @@ from envkit.model.site import Site
 from envkit.model.solution import Result, SolutionRecord
 
 LOCK_NAME = "envkit.lock.json"
+RELOCK = "make it again with envkit lock (or envkit generate for an unpinned one)"
 
 
 def matrix_sha256(m: Matrix) -> str:
@@ -23,15 +26,18 @@ def matrix_sha256(m: Matrix) -> str:
 
 
 def read_lock(path: str) -> Lock:
-    text = read_text(path, "lock file", "give the envkit.lock.json written by envkit generate")
+    text = read_text(path, "lock file", RELOCK)
     try:
-        doc = parse_json(text, "lock file", path, "regenerate it with envkit generate")  # the one JSON reader of user files
+        doc = parse_json(text, "lock file", path, RELOCK)  # the one JSON reader of user files (userfile.py)
     except json.JSONDecodeError as exc:
-        raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", "regenerate it with envkit generate") from None
+        raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", RELOCK) from None
+    except RecursionError:
+        raise InputError(f"lock file {path} is nested too deeply to be an envkit lock", RELOCK) from None
     try:
         return Lock.from_json(doc)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        raise InputError(f"lock file {path} is not an envkit lock (schema 1 with query and solution)", "regenerate it with envkit generate") from None
+    except (ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InputError(f"lock file {path} is not an envkit lock this envkit reads ({reason})", RELOCK) from None
 
 
 def check_lock(path: str, lock: Lock, result: Result) -> None:
@@ -47,7 +53,9 @@ def check_lock(path: str, lock: Lock, result: Result) -> None:
                          "regenerate the lock with envkit generate, or pass the matrix it was made with (--matrix)")
 
 
-def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options) -> Lock:
+def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options, pinned: Optional[Lock] = None) -> Lock:
+    """The lock a context carries; a replayed lock's pinned wheels and images travel with it."""
     assert result.solution is not None
     return Lock(envkit=__version__, matrix_sha256=matrix_sha256(m), query=flags, offline=opts.offline, site=site.path or None,
-                host_march=opts.host_march, solution=SolutionRecord.from_json(result.solution.to_json()))
+                host_march=opts.host_march, solution=SolutionRecord.from_json(result.solution.to_json()),
+                wheels=pinned.wheels if pinned else (), images=pinned.images if pinned else ())

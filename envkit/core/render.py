@@ -16,7 +16,9 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from envkit import __version__
+from envkit.core.wheels import pinned_requirements
 from envkit.errors import InputError
+from envkit.model.lock import LockedWheel
 from envkit.model.plan import (
     WHEELHOUSE,
     AptStep,
@@ -39,6 +41,8 @@ STAGE_WHY = {
     "build": "devel image; compiles what must be compiled, installs everything into one venv",
     "runtime": "runtime image; the venv from the build stage, no compiler",
 }
+REQUIREMENTS_DIR = "envkit/requirements"  # a pinned lock's requirements file per pip step, in the context
+REQUIREMENTS_IN_IMAGE = "/opt/envkit/requirements"
 APT_PACKAGE_SEPARATOR = " \\\n        "  # one package a line, continued, aligned under apt-get
 
 
@@ -102,6 +106,7 @@ class _Rendering:
     templates: Templates
     lock_sha256: str
     first_kernels_step: Optional[str]  # the step that copies the sdist and the build script in
+    pinned: tuple[str, ...] = ()  # the pip steps that install a pinned lock's requirements file (--require-hashes)
 
     def fragment(self, name: str, **values: str) -> str:
         return _t(self.templates, name, **values)
@@ -158,6 +163,11 @@ def _venv(payload: VenvStep, step: Step, r: _Rendering) -> str:
 
 @_payload_text.register
 def _pip(payload: PipStep, step: Step, r: _Rendering) -> str:
+    if step.id in r.pinned:  # every wheel by its sha256, from the lock; nothing resolved in the build
+        requirements = f"{REQUIREMENTS_IN_IMAGE}/{step.id}.txt"
+        args = "".join(f"{arg} " for arg in ("--require-hashes", "--no-deps", *payload.pip_source))
+        return (f"COPY {REQUIREMENTS_DIR}/{step.id}.txt {REQUIREMENTS_IN_IMAGE}/\n"
+                + _mounted(r.fragment("pip", args=args, packages=f"-r {requirements}"), r.secrets("pip")))
     args = "".join(f"{arg} " for arg in payload.pip_source)
     return _mounted(r.fragment("pip", args=args, packages=" ".join(payload.packages)), r.secrets("pip"))
 
@@ -199,9 +209,9 @@ def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
                       envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json))
 
 
-def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str) -> str:
+def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str, pinned: tuple[str, ...] = ()) -> str:
     first_kernels = next((st.id for s in plan.stages for st in s.steps if isinstance(st.payload, KernelsStep)), None)
-    rendering = _Rendering(plan, templates, lock_sha256, first_kernels)
+    rendering = _Rendering(plan, templates, lock_sha256, first_kernels, pinned)
     out = [_t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)]
     for stage in plan.stages:
         out.append(_t(templates, "from", stage=stage.name, image=stage.image, why=STAGE_WHY[stage.name]))
@@ -240,14 +250,17 @@ def render(plan: BuildPlan, templates: Templates, command: str, lock: Mapping[st
     """Every file of the generated build context, by relative path."""
     lock_bytes = json_bytes(lock)
     lock_sha = hashlib.sha256(lock_bytes).hexdigest()
+    pinned = pinned_requirements(plan, tuple(LockedWheel.from_json(w) for w in lock.get("wheels") or ()))
     files: dict[str, bytes] = {
-        "Dockerfile": dockerfile(plan, templates, command, lock_sha).encode(),
+        "Dockerfile": dockerfile(plan, templates, command, lock_sha, tuple(pinned)).encode(),
         "envkit.lock.json": lock_bytes,
         "envkit.plan.json": json_bytes(plan.to_json()),
         "envkit/solution.json": json_bytes(plan.solution.to_json()),
         ".dockerignore": DOCKERIGNORE,
         "envkit/selftest.py": templates.scripts["selftest.py"],
     }
+    for step_id, text in pinned.items():
+        files[f"{REQUIREMENTS_DIR}/{step_id}.txt"] = text.encode()
     if plan.compiles_kernels:
         files["envkit/build_flash_attn.py"] = templates.scripts["build_flash_attn.py"]
     if any(isinstance(st.payload, SiteSettingsStep) for s in plan.stages for st in s.steps):

@@ -306,3 +306,15 @@ def test_on_the_host_nvml_is_read_through_nvidia_ml_py(monkeypatch):
     """nvidia-ml-py is envkit's dependency: the host's probe (in-process) takes it, GPU or not."""
     monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     assert probe.nvidia()["nvml"] == {"via": "pynvml"}
+
+
+def test_the_h200_machines_two_documents_agree_but_for_the_binding():
+    """docs/doctor-h200.md: `doctor --json` on the H200 machine with nvidia-ml-py and with it hidden."""
+    docs = {via: json.loads((ROOT / "docs" / "gpu" / "doctor" / f"doctor-nvml-{via}.json").read_text()) for via in ("pynvml", "ctypes")}
+    nv = {via: d["facts"]["nvidia"] for via, d in docs.items()}
+    assert {via: n["nvml"]["via"] for via, n in nv.items()} == {"pynvml": "pynvml", "ctypes": "ctypes"}
+    assert _without_via(nv["pynvml"]) == _without_via(nv["ctypes"])
+    assert nv["ctypes"]["gpus"][0]["power_limit_w"] == 700.0 and nv["ctypes"]["gpus"][0]["pcie"]["max_gen"] == 5
+    for d in docs.values():
+        jsonschema.validate(d["facts"], SCHEMA)
+        assert d["ok"] is True and d["findings"] == []

@@ -141,3 +141,20 @@ def test_help_shows_what_each_resolve_flag_takes_and_completion_offers_closed_se
     assert "<str>" not in p.stdout
     done = run(env={"_ENVKIT_COMPLETE": "complete_bash", "COMP_WORDS": "envkit resolve --platform c", "COMP_CWORD": "3"})
     assert done.stdout.split() == ["cuda", "cpu"]
+
+
+def test_a_nul_in_an_argument_or_a_path_is_bad_input_not_a_bug(capsys):
+    """The fuzz campaign of seed 20261201: `matrix check '\\0'` ended in ValueError (embedded null byte), exit 70."""
+    from pathlib import Path
+
+    from envkit.config import matrix_file, userfile
+    from envkit.errors import InputError
+
+    for argv in (["matrix", "check", "\0"], ["resolve", "--matrix", "m\0.toml", "--json"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli_main.main(argv)
+        assert exit_.value.code == 2
+        assert "holds a NUL character" in capsys.readouterr().err
+    for read in (lambda: userfile.read_text("site\0.toml", "site file", "fix"), lambda: matrix_file._read(Path("m\0.toml"))):
+        with pytest.raises(InputError, match="a path cannot hold a NUL character"):
+            read()

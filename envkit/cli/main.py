@@ -16,7 +16,7 @@ import typer
 from envkit import __version__, ui
 from envkit.cli import checks, matrix, stack
 from envkit.cli.help import EXIT_CODES, epilog
-from envkit.errors import EnvkitError
+from envkit.errors import EnvkitError, InputError
 
 EXIT_USAGE = 2
 EXIT_BUG = 70
@@ -107,6 +107,9 @@ KINDS = {1: "no-solution", 2: "input", 3: "matrix", 4: "external", 5: "preflight
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        nul = next((a for a in args if "\0" in a), None)
+        if nul is not None:  # no shell can pass one; a program calling envkit can
+            raise InputError(f"argument {nul!r} holds a NUL character", "pass arguments without NUL bytes")
         rv = app(args=args, prog_name="envkit", standalone_mode=False)
     except EnvkitError as exc:
         _fail(args, KINDS.get(exc.exit_code, "error"), exc.exit_code, exc.message, exc.fix)

@@ -900,6 +900,8 @@ def _read(p: Path) -> bytes:
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read matrix file {p}: {exc.strerror or exc}", fix) from None
+    except ValueError:  # a NUL in the path: no file has that name
+        raise InputError(f"cannot read matrix file {str(p)!r}: a path cannot hold a NUL character", fix) from None
     if len(data) > MAX_BYTES:
         raise too_big
     return data

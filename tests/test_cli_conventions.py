@@ -158,3 +158,12 @@ def test_a_nul_in_an_argument_or_a_path_is_bad_input_not_a_bug(capsys):
     for read in (lambda: userfile.read_text("site\0.toml", "site file", "fix"), lambda: matrix_file._read(Path("m\0.toml"))):
         with pytest.raises(InputError, match="a path cannot hold a NUL character"):
             read()
+
+
+def test_matrix_check_takes_the_matrix_as_every_command_does():
+    """Newcomer review 1.2: `matrix check PATH` was the only command not spelling it --matrix."""
+    from envkit import data
+
+    assert run("matrix", "check", "--matrix", str(data.matrix_toml())).returncode == 0
+    p = run("matrix", "check", "a.toml", "--matrix", "b.toml")
+    assert p.returncode == 2 and "two matrices given" in p.stderr

@@ -8,6 +8,7 @@ import typer
 
 from envkit import app, ui
 from envkit.cli import options as opt
+from envkit.errors import InputError
 
 EXIT_DIFFERS = 1
 EXIT_NO_SOLUTION = 1
@@ -37,10 +38,13 @@ def export(
 
 def check(
     path: Optional[str] = typer.Argument(None, help="matrix.toml to check (default: the built-in one)"),
-    as_json: bool = opt.as_json(),
+    as_json: bool = opt.as_json("print the verdict (or every problem with its line) as one JSON document"),
+    matrix_path: Optional[str] = opt.matrix("the same as PATH, spelled as every other command spells it"),
 ) -> None:
     """Validate the matrix: every problem is listed on its own line, with its line number (exit 3)."""
-    c = app.matrix.check(path)
+    if path and matrix_path and path != matrix_path:
+        raise InputError(f"two matrices given: {path} and --matrix {matrix_path}", "give one of them")
+    c = app.matrix.check(path or matrix_path)
     if as_json:
         ui.output.print_json(c.to_json())
     if isinstance(c, app.matrix.Rejected):

@@ -52,12 +52,18 @@ class Engine:
         except ImportError:  # pragma: no cover
             raise ExternalError("the docker Python SDK is not installed", "pip install docker") from None
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        client = None
         try:
+            if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):
+                raise FileNotFoundError(host)  # nobody listens: say so before the SDK opens (and leaks) a socket
             client = docker.from_env(timeout=600)
             client.ping()
-        except Exception as exc:  # the SDK raises many kinds for one cause: nobody answers
-            raise ExternalError(f"no container engine answers at {host} ({type(exc).__name__})",
-                                "start one (./scripts/start-docker.sh, or `podman system service`) or set DOCKER_HOST") from None
+        except Exception:  # the SDK raises many kinds for one cause: nobody answers
+            if client is not None:
+                client.close()
+            raise ExternalError(f"no container engine answers at {host}",
+                                "start Docker (systemctl start docker) or Podman's service (podman system service --time=0 "
+                                "unix:///run/podman.sock) and point DOCKER_HOST at its socket") from None
         return cls(client)
 
     def info(self) -> dict:

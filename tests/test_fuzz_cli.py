@@ -147,3 +147,29 @@ def test_fuzz_command_line_grammar(command, tokens):
 def _no_engine_and_a_scratch_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/envkit-fuzz.sock")
     monkeypatch.chdir(tmp_path)
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@fuzz_settings(120)
+@given(flags=flag_values())
+def test_fuzz_generate_writes_the_whole_context_or_leaves_the_old_one(tmp_path, flags):
+    """Nothing half-written (fuzz report item 7): over one context directory, each run either replaces the whole
+    context by the one its flags resolve to, or leaves the previous context byte for byte."""
+    ctx = tmp_path / "ctx"
+    if not ctx.exists():
+        holds(run(["generate", "--platform", "cpu", "-o", str(ctx)], "generate -o"))
+    before = _snapshot(ctx)
+    ran = run(["generate", *argv_of(flags), "-o", str(ctx)], "generate -o")
+    holds(ran, as_json=False)
+    after = _snapshot(ctx)
+    if ran.code != 0:
+        assert after == before, f"exit {ran.code} changed the context"
+        return
+    lock = json.loads(after["envkit.lock.json"])
+    assert json.loads(after["envkit/solution.json"]) == lock["solution"]
+    assert f"# Stack: " in after["Dockerfile"].decode()
+    assert not [p for p in after if ".envkit-staging" in p]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".envkit-staging")]

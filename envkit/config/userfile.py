@@ -57,6 +57,8 @@ def read_bytes(path: str, what: str, fix: str, limit: int = MAX_BYTES) -> bytes:
             data = fh.read(limit + 1)  # a FIFO fed forever stops here
     except OSError as exc:
         raise UnreadableFile(f"cannot read {what} {path}: {exc.strerror or exc}", fix) from None
+    except UnreadableFile:
+        raise
     except ValueError:  # a NUL in the path: no file has that name
         raise UnreadableFile(f"cannot read {what} {path!r}: a path cannot hold a NUL character", fix) from None
     except MemoryError:

@@ -249,6 +249,8 @@ BAD_CI = [
     ('envkit = "a\\u0085b"', "control character U+0085"),
     ('envkit = 3', "pip requirement string"),
     ('envkit = ""', "pip requirement string"),
+    (f'envkit = "{DISTRIBUTION} @ git+https://alice:tok3n@git.example/envkit.git@v0.1.0"', "carries a login"),
+    (f'envkit = "{DISTRIBUTION} @ git+https://ghp_tok3n@git.example/envkit.git@v0.1.0"', "carries a login"),
     ('runner = "self hosted"', "not a runner label"),
     ('gpu_runner = ["a", "b"]', "not a runner label"),
     ('gpu = "H100"', "unknown key `gpu` in [ci]"),
@@ -260,6 +262,7 @@ def test_bad_ci_tables_name_the_problem(line, needle):
     with pytest.raises(InputError) as e:
         parse("[ci]\n" + line + "\n" + CPU, "envkit.toml")
     assert needle in e.value.message and e.value.fix, e.value.one_line()
+    assert "tok3n" not in e.value.one_line()
 
 
 # ---------------------------------------------------------------- where the jobs run (D1: GPU targets on ubuntu-latest)

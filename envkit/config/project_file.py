@@ -69,8 +69,13 @@ def _control(value: str) -> Optional[str]:
 def _vcs_ref(url: str) -> str:
     """The tag or commit a pip VCS URL pins: the part after the last @ of its path; refused when absent or a branch."""
     if not url.startswith(("git+https://", "git+ssh://")):
-        raise Invalid(f"URL {url!r} is not a git+https:// (or git+ssh://) URL", _ENVKIT_FIX)
-    path = urlsplit(url[len("git+"):]).path
+        raise Invalid(f"the URL ({url.split('://')[0]}://...) is not a git+https:// (or git+ssh://) URL", _ENVKIT_FIX)
+    parts = urlsplit(url[len("git+"):])
+    if parts.password is not None or (parts.username is not None and url.startswith("git+https://")):
+        raise Invalid(f"the git URL of host {parts.hostname} carries a login: it would be written into the CI file",
+                      "give the URL without it and let the CI job log in (a deploy key for git+ssh://, or the CI's "
+                      "credential helper / netrc for git+https://)")
+    path = parts.path
     if "@" not in path:
         raise Invalid(f"URL {url!r} names no tag or commit, so CI would install whatever the default branch holds that day",
                       f"pin it: {url}@vX.Y.Z (a tag) or @<the full 40-hex commit>")

@@ -355,3 +355,11 @@ def test_engine_vllm_without_vllm_is_a_failed_check_before_any_model_is_built(tm
     assert check["ok"] is False and "vllm is not installed" in check["detail"] and "drop --engine vllm" in check["detail"]
     assert doc["models"] == [] and "building the tiny shape" not in p.stderr
     assert p.returncode == 1
+
+
+def test_a_sweep_url_with_a_login_is_refused_without_showing_it():
+    """The independent review: openai:http://u:KEY@host was printed and written into sweep.json as the engine."""
+    p = subprocess.run([sys.executable, "-m", "envkit", "selftest", "--engine", "openai:http://u:S3CRET@127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "carries a login" in p.stderr and "--api-key" in p.stderr
+    assert "S3CRET" not in p.stderr + p.stdout

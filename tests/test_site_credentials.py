@@ -51,3 +51,18 @@ def test_digests_and_plain_references_still_pass():
     site = parse(f'[images]\n"docker.io/library/debian:bookworm-slim" = "{digest}"\n[registry]\nprefix = "registry.corp:5000"\n',
                  "SITE.toml")
     assert dict(site.images)["docker.io/library/debian:bookworm-slim"] == digest and site.registry_prefix == "registry.corp:5000"
+
+
+@pytest.mark.parametrize("url", ["https://alice:S3cr3t;x@pypi.corp/simple", "https://ghp_S3cr3t@pypi.corp/simple",
+                                 "ftp://alice:S3cr3t@pypi.corp/simple"])
+def test_a_refused_url_never_shows_its_login(url, tmp_path):
+    """The independent review: a password holding ';' was echoed by the 'character a URL may not hold' refusal, and a
+    token written as the user name by the credentials refusal."""
+    from envkit.config.site_file import load
+    from envkit.errors import InputError
+
+    site = tmp_path / "site.toml"
+    site.write_text(f'[pip]\nindex_url = "{url}"\n')
+    with pytest.raises(InputError) as e:
+        load(str(site))
+    assert "S3cr3t" not in e.value.one_line()

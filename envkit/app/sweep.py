@@ -175,6 +175,9 @@ def check(req: SweepRequest) -> list[int]:
     """The request's own faults, before any network: the URL, the levels, the rate, the timeout. The levels."""
     if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
         raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
+    if "@" in req.engine_url.split("://", 1)[1].split("/", 1)[0]:  # user:key@host would be printed and written to sweep.json
+        raise InputError("--engine openai:URL carries a login (user@host): it would be printed and written into the report",
+                         "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
     if not req.request_rate > 0:  # NaN too
         raise InputError(f"--request-rate {req.request_rate:g} is not a positive number of requests per second",
                          "write --request-rate 4, or inf to send every request at once")

@@ -80,18 +80,26 @@ def _url_with(login_fix: str) -> Callable[[Any], str]:
     return convert
 
 
+def _shown(value: Any) -> str:
+    """A URL as an error may show it: any login before the host cut out."""
+    return re.sub(r"(://)[^/@]*@", r"\1***@", value) if isinstance(value, str) else repr(value)
+
+
 def _url(value: Any, login_fix: str = _PIP_LOGIN) -> str:
     if not isinstance(value, str) or not re.match(r"(https?|file)://\S+$", value):
-        raise Invalid(f"must be an http(s):// URL, got {value!r}", 'write {where} = "http://mirror.host/path"')
+        raise Invalid(f"must be an http(s):// URL, got {_shown(value)!r}", 'write {where} = "http://mirror.host/path"')
+    if re.match(r"[a-z]+://[^/]*@", value):  # a login, whatever characters it holds: say that, not the characters
+        raise Invalid("carries credentials (***@...): they would be written into an image layer",
+                      f"write the URL without them; {login_fix}")
     if re.search(r"[#'\"`$\\;&|<>()\s]", value):
-        raise Invalid(f"contains a character a URL here may not hold ({value!r})", "percent-encode it or use a plainer mirror path")
+        raise Invalid(f"contains a character a URL here may not hold ({_shown(value)!r})", "percent-encode it or use a plainer mirror path")
     try:
         parts = urlsplit(value)
         parts.port
     except ValueError as exc:
         raise Invalid(f"is not a valid URL ({exc})", "write it as http://host[:port]/path") from None
     if parts.username or parts.password:
-        raise Invalid(f"carries credentials ({parts.username}@...): they would be written into an image layer",
+        raise Invalid("carries credentials (***@...): they would be written into an image layer",
                       f"write the URL without them; {login_fix}")
     if parts.query:
         raise Invalid("has a query string (?...): it would be written into the image (pip.conf, site.env, RUN lines), "

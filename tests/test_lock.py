@@ -475,3 +475,10 @@ def test_build_offline_locked_with_an_unpinned_bundle_exits_5(tmp_path):
     bundle = make_bundle_dir(tmp_path, plain)
     p = envkit("build", "--offline", "--bundle", str(bundle), "--locked", "--json")
     assert p.returncode == 5 and "pins no wheels" in p.stderr and json.loads(p.stdout)["error"]["exit_code"] == 5
+
+
+def test_a_bundle_whose_plan_is_nested_100000_deep_is_checked_without_a_recursion_error(tmp_path):
+    """The independent review: check_bundle read envkit.plan.json with a bare json.loads (RecursionError, exit 70)."""
+    bundle = make_bundle_dir(tmp_path, pinned_lock(tmp_path))
+    (bundle / "envkit.plan.json").write_text("[" * 100_000)
+    assert lock_app.check_bundle(bundle, None, None).pinned  # the images come from the manifest; the preflight names the plan

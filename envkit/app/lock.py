@@ -20,6 +20,7 @@ from envkit.app.generate import Generated, generate
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import matrix_file
 from envkit.config.lockfile import LOCK_NAME, check_lock, matrix_sha256, read_lock
+from envkit.config.userfile import read_json
 from envkit.core.resolve import parse_query, resolve
 from envkit.core.wheels import (
     download_rounds,
@@ -275,9 +276,9 @@ def check_bundle(context: Path, lock_path: Optional[str], matrix_path: Optional[
     manifest = read_manifest(context)
     ids: dict[str, Optional[str]] = {i["ref"]: i.get("id") or None for i in manifest.images}
     try:
-        plan = json.loads((context / "envkit.plan.json").read_text())
+        plan = read_json(str(context / "envkit.plan.json"), "plan", "make the bundle again with envkit bundle")
         refs = [str(s["image"]) for s in plan["stages"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, ValueError, KeyError, TypeError):  # the preflight names a plan it cannot read
         refs = list(ids)
     problems += image_problems(lock, refs, ids, "the bundle's manifest")
     if problems:

@@ -167,3 +167,19 @@ def test_matrix_check_takes_the_matrix_as_every_command_does():
     assert run("matrix", "check", "--matrix", str(data.matrix_toml())).returncode == 0
     p = run("matrix", "check", "a.toml", "--matrix", "b.toml")
     assert p.returncode == 2 and "two matrices given" in p.stderr
+
+
+def test_an_error_holding_an_outside_tools_lines_is_still_one_line(monkeypatch, capsys):
+    """The independent review: doctor --image and selftest --image put the tail of a container's output (a traceback)
+    into their message; the error line joins those lines."""
+    from envkit.errors import ExternalError
+
+    def failing(*args, **kwargs):
+        raise ExternalError("the probe failed in the image:\nTraceback (most recent call last):\n  File x\nImportError: y", "fix\nit")
+
+    monkeypatch.setattr(envkit.app.resolve, "resolve", failing)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["resolve", "--gpu", "H100"])
+    assert exit_.value.code == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ImportError: y" in err and "fix | it" in err

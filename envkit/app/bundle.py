@@ -158,7 +158,7 @@ def _answering(engine: Optional[ContainerEngine]) -> ContainerEngine:
         engine.info()
     except Exception as exc:  # an engine's client raises many kinds for one cause: nobody answers
         raise ExternalError(f"the container engine does not answer ({type(exc).__name__})",
-                            "start it (./scripts/start-docker.sh) or set DOCKER_HOST, then run again") from None
+                            "start Docker or Podman's service and point DOCKER_HOST at its socket, then run again") from None
     return engine
 
 

@@ -93,15 +93,20 @@ def _error_document(kind: str, code: int, message: str, fix: str) -> str:
                       indent=2) + "\n"
 
 
+def _one_line(text: str) -> str:
+    """An outside tool's output inside a message (a traceback's last lines) joined into the one error line."""
+    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def _fail(argv: Sequence[str], kind: str, code: int, message: str, fix: str) -> None:
-    line = f"{message} (fix: {fix})" if fix else message
+    line = f"{_one_line(message)} (fix: {_one_line(fix)})" if fix else _one_line(message)
     sys.stderr.write(f"envkit: error: {line}\n")
     if "--json" in argv:
         sys.stdout.write(_error_document(kind, code, message, fix))
     sys.exit(code)
 
 
-KINDS = {1: "no-solution", 2: "input", 3: "matrix", 4: "external", 5: "preflight"}
+KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

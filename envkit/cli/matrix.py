@@ -23,8 +23,8 @@ def export(
     """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON.
 
     Every target is resolved first: one without a solution is refused (exit 1, its conflicts named), and
-    nothing is written. GitHub and GitLab jobs install envkit as [ci] envkit in the project file says,
-    and run GPU targets on [ci] gpu_runner (or the target's own runner)."""
+    nothing is written. GitHub and GitLab jobs install envkit as \\[ci] envkit in the project file says,
+    and run GPU targets on \\[ci] gpu_runner (or the target's own runner)."""
     outcome = app.matrix.export_project(project, fmt, contexts, out)
     if isinstance(outcome, app.matrix.ExportUnsolved):
         for line in outcome.lines():

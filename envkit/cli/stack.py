@@ -110,7 +110,7 @@ def build(
     dry_run: bool = typer.Option(False, "--dry-run", help="run the preflight and show the plan; build nothing"),
     secret: list[str] = typer.Option([], "--secret", metavar="ID=FILE",
                                      help="a file a mirror's login is in, mounted by the steps that need it and never written into "
-                                          "the image: netrc=~/.netrc for [pip] netrc = true, apt-netrc=FILE for [apt] netrc = true "
+                                          "the image: netrc=~/.netrc for \\[pip] netrc = true, apt-netrc=FILE for \\[apt] netrc = true "
                                           "(docker's id=ID,src=FILE works too; needs Podman or docker buildx; repeatable)"),
     as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = opt.matrix(),

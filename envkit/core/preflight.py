@@ -38,7 +38,7 @@ def judge(f: Facts) -> list[Check]:
                     "every file present and matching the manifest" if not f.bundle_problems else "; ".join(f.bundle_problems),
                     "" if not f.bundle_problems else "re-run envkit bundle on the connected machine and carry the bundle again")]
     checks.append(Check("engine", f.engine_error is None, f.engine_error or "answers",
-                        "" if f.engine_error is None else "start it (./scripts/start-docker.sh) or set DOCKER_HOST"))
+                        "" if f.engine_error is None else "start Docker or Podman's service and point DOCKER_HOST at its socket"))
     if f.free_disk is not None:
         ok = f.free_disk >= f.need_disk
         checks.append(Check("disk", ok, f"{f.free_disk / GB:.1f} GB free, about {f.need_disk / GB:.1f} GB needed",

@@ -51,6 +51,7 @@ def test_every_command_help_has_examples_and_exit_codes(command):
     (("resolve", "--gpu"), "Option '--gpu' requires an argument", "envkit resolve --help"),
     (("build", "--jobs", "0"), "Invalid value for '--jobs'", "envkit build --help"),
     (("--progress", "sometimes", "resolve"), "Invalid value for '--progress'", "envkit --help"),
+    (("resolve", "--platform", "cpu", "-q"), "No such option: -q", "-q is a global option: put it before the command"),
 ])
 def test_usage_errors_are_one_envkit_line_with_exit_2(args, needle, fix):
     p = run(*args)

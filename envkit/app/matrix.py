@@ -63,7 +63,8 @@ class Rejected:
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "ok": False, "path": self.error.path,
                 "problems": [{"line": p.line, "problem": p.text} for p in self.error.problems],
-                "error": {"kind": "matrix", "exit_code": self.exit_code, "message": self.error.message, "fix": self.error.fix}}
+                "error": {"kind": "matrix", "exit_code": self.exit_code, "message": self.error.message,
+                          "fix": "correct each line listed under problems, then check the file again"}}
 
 
 def check(path: Optional[str]) -> Union[Checked, Rejected]:

@@ -62,6 +62,9 @@ def root(
     ui.settings.configure(progress="none" if quiet else progress.value, color=not no_color, verbose=verbose)
 
 
+GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--progress", "--no-color", "--version"}
+
+
 def _command_path(exc: Any, args: Sequence[str]) -> str:
     ctx = getattr(exc, "ctx", None)
     path = ctx.command_path if ctx is not None else "envkit"
@@ -78,6 +81,9 @@ def _command_path(exc: Any, args: Sequence[str]) -> str:
 def _usage_error(exc: Any, args: Sequence[str]) -> tuple[str, str]:
     """Click's usage error as envkit's message and fix."""
     help_hint = f"`{_command_path(exc, args)} --help` lists them all"
+    option = getattr(exc, "option_name", None)
+    if option in GLOBAL_OPTIONS and _command_path(exc, args) != "envkit":
+        return str(getattr(exc, "message", exc)), f"{option} is a global option: put it before the command (envkit {option} ...)"
     possibilities = sorted(getattr(exc, "possibilities", None) or ())
     if possibilities:
         return str(getattr(exc, "message", exc)), f"did you mean {' or '.join(possibilities)}? {help_hint}"

@@ -50,7 +50,7 @@ def check_lock(path: str, lock: Lock, result: Result) -> None:
     if now != then:
         diffs = [k for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
         raise InputError(f"lock file {path} resolves differently with this matrix (changed: {', '.join(diffs)})",
-                         "regenerate the lock with envkit generate, or pass the matrix it was made with (--matrix)")
+                         "make the lock again (envkit lock for a pinned lock, envkit generate otherwise), or pass the matrix it was made with (--matrix)")
 
 
 def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options, pinned: Optional[Lock] = None) -> Lock:

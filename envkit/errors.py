@@ -19,6 +19,8 @@ from typing import Sequence
 EXIT_OK = 0
 EXIT_NO_SOLUTION = 1  # also: doctor found problems, a self-test or sweep failed
 EXIT_EXTERNAL = 4
+EXIT_BUG = 70  # envkit itself failed: cli/main.py prints one line, -v the traceback
+EXIT_INTERRUPTED = 130
 
 
 class EnvkitError(Exception):

@@ -71,3 +71,30 @@ def test_an_image_whose_script_prints_no_result_is_an_external_error():
     engine = FakeEngine({"img": {}}, out="Traceback (most recent call last): ...")
     with pytest.raises(ExternalError, match="printed no result"):
         run_in_image("img", SelftestRequest(), engine=engine)
+
+
+def test_build_all_reports_a_targets_bug_as_a_bug_and_builds_the_others(monkeypatch, tmp_path):
+    """The independent review: a crash inside one target's build printed 'envkit: error: TypeError...' with exit 4, as if
+    docker had failed. It is exit 70 (a bug), the traceback in the target's log, and the other targets still run."""
+    from envkit.app import build_all as build_all_app
+    from envkit.app.build import DryRun
+    from envkit.errors import EXIT_BUG
+    from envkit.model.project import Project, Target
+
+    def build_target(t, **kwargs):
+        if t.name == "broken":
+            raise ZeroDivisionError("a planted bug")
+        return DryRun.__new__(DryRun)
+
+    class Board:
+        def update(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr(build_all_app, "build_target", build_target)
+    monkeypatch.setattr(build_all_app, "LOG_DIR", tmp_path)
+    targets = tuple(Target(name, (("platform", "cpu"),), True, None, f"envkit/{name}:x") for name in ("broken", "fine"))
+    built = build_all_app.build_all(Project("envkit.toml", targets), jobs=2, network="bridge", no_cache=False, board=Board(), dry_run=True)
+    broken, fine = built.targets
+    assert (broken.ok, broken.exit) == (False, EXIT_BUG) and "internal error: ZeroDivisionError" in broken.error
+    assert "Traceback" in (tmp_path / "broken.log").read_text()
+    assert fine.ok and fine.exit == 0

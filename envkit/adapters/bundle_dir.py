@@ -130,7 +130,7 @@ def read_manifest(root: Path) -> OldManifest:
         doc: Any = read_json(str(mf), "bundle manifest", "run envkit bundle again")
         files = {str(k): (int(v["size"]), str(v["sha256"])) for k, v in doc["files"].items()}
         images = tuple({"ref": str(i["ref"]), "file": str(i["file"]), "id": str(i.get("id", ""))} for i in doc.get("images", []))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # read_json's refusal is a ValueError too
         return OldManifest("unreadable")
     return OldManifest("read", files, images)
 

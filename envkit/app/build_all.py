@@ -15,7 +15,7 @@ from typing import IO, Any, ContextManager, Iterator, Optional, Protocol, Sequen
 from envkit.app.build import Built, build_target
 from envkit.app.reporter import Tick
 from envkit.core.preflight import Check
-from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION, EnvkitError
+from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_NO_SOLUTION, EnvkitError
 from envkit.model.project import Project, Target
 from envkit.model.solution import Unsolved
 
@@ -49,7 +49,7 @@ class TargetOutcome:
 class Cancelled(EnvkitError):
     """build --all was interrupted: the targets still running stop at their next line of output."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class _TargetLog:
@@ -112,9 +112,9 @@ def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path:
                 size = outcome.size
         except EnvkitError as exc:
             code, error = exc.exit_code, f"envkit: error: {exc.one_line()}"
-        except Exception as exc:  # one target's crash must not take the others down: its log keeps the traceback
+        except Exception as exc:  # one target's crash (a bug) must not take the others down: its log keeps the traceback
             log.write(traceback.format_exc())
-            code, error = EXIT_EXTERNAL, f"envkit: error: {type(exc).__name__}: {exc}"
+            code, error = EXIT_BUG, f"envkit: error: internal error: {type(exc).__name__}: {exc} (a bug in envkit: report {log_path})"
         if error:
             log.write(error + "\n")
     seconds = time.monotonic() - start

@@ -16,11 +16,9 @@ import typer
 from envkit import __version__, ui
 from envkit.cli import checks, matrix, stack
 from envkit.cli.help import EXIT_CODES, epilog
-from envkit.errors import EnvkitError, InputError
+from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EnvkitError, InputError
 
 EXIT_USAGE = 2
-EXIT_BUG = 70
-EXIT_INTERRUPTED = 130
 
 
 class ProgressMode(str, Enum):

@@ -10,7 +10,7 @@ import typer
 from envkit import app, ui
 from envkit.cli import options as opt
 from envkit.cli.options import FORCE, finish, resolve_flags
-from envkit.errors import EXIT_EXTERNAL, EXIT_NO_SOLUTION
+from envkit.errors import EXIT_BUG, EXIT_EXTERNAL, EXIT_NO_SOLUTION
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import DEFAULT_HOST_MARCH, Options
 
@@ -127,8 +127,8 @@ def build(
         out_console.print(built.summary())
         if as_json:
             ui.output.print_json(built.to_json())
-        if not built.ok:
-            raise typer.Exit(EXIT_EXTERNAL)
+        if not built.ok:  # a target's bug is a bug (70); any other failure is the build's (4)
+            raise typer.Exit(EXIT_BUG if any(t.exit == EXIT_BUG for t in built.targets) else EXIT_EXTERNAL)
         return
     with ui.progress.reporter(out_console) as reporter:
         outcome = app.build.run(req, reporter, project, target)

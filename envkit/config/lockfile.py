@@ -3,7 +3,6 @@ for a lock written by `envkit lock`, the wheels and base images it pins."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -27,12 +26,7 @@ def matrix_sha256(m: Matrix) -> str:
 
 def read_lock(path: str) -> Lock:
     text = read_text(path, "lock file", RELOCK)
-    try:
-        doc = parse_json(text, "lock file", path, RELOCK)  # the one JSON reader of user files (userfile.py)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"lock file {path} is not JSON ({exc.msg} at line {exc.lineno})", RELOCK) from None
-    except RecursionError:
-        raise InputError(f"lock file {path} is nested too deeply to be an envkit lock", RELOCK) from None
+    doc = parse_json(text, "lock file", path, RELOCK)  # the one JSON reader of user files (userfile.py)
     try:
         return Lock.from_json(doc)
     except (ValueError, TypeError) as exc:

@@ -40,16 +40,17 @@ def hash_mismatches(lines: Sequence[str]) -> list[Mismatch]:
 
 
 def run(args: list[str], on_line: Callable[[str], None], fix: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
-    assert proc.stdout is not None
     lines: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        if line.strip():
-            lines.append(line)
-            on_line(line)
-    if proc.wait() != 0:
+    with subprocess.Popen([sys.executable, "-m", "pip", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:  # the with closes pip's pipe, also when a callback raises
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if line.strip():
+                lines.append(line)
+                on_line(line)
+        code = proc.wait()
+    if code != 0:
         mismatches = hash_mismatches(lines) if any(HASH_MISMATCH in ln for ln in lines) else []
         if mismatches:
             named = "; ".join(f"{m.requirement} ({m.filename}) has sha256 {m.got[:16]}..., the lock pins {m.expected[:16]}..."

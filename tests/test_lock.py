@@ -348,6 +348,12 @@ def test_pip_run_names_the_refused_wheel(monkeypatch):
         def wait(self) -> int:
             return 1
 
+        def __enter__(self) -> "Proc":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
     monkeypatch.setattr(pip.subprocess, "Popen", lambda *a, **k: Proc())
     with pytest.raises(ExternalError) as exc:
         pip.run(["download", "-r", "x"], lambda s: None, "fix")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import Optional
 
 import typer
@@ -11,21 +12,29 @@ from envkit.cli import options as opt
 from envkit.errors import InputError
 
 EXIT_DIFFERS = 1
+
+
+class ExportFormat(str, Enum):
+    github = "github"
+    gitlab = "gitlab"
+    bake = "bake"
+    json = "json"
 EXIT_NO_SOLUTION = 1
 
 
 def export(
-    fmt: str = typer.Option(..., "--format", help="github, gitlab, bake or json"),
+    fmt: ExportFormat = typer.Option(..., "--format", help="what to write"),
     project: str = typer.Option("envkit.toml", "--project", help="the project file with the targets"),
     out: Optional[str] = typer.Option(None, "-o", "--out", help="write here instead of stdout"),
     contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
+    matrix_path: Optional[str] = opt.matrix("the matrix.toml the targets are resolved with (default: the built-in one)"),
 ) -> None:
     """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON.
 
     Every target is resolved first: one without a solution is refused (exit 1, its conflicts named), and
     nothing is written. GitHub and GitLab jobs install envkit as \\[ci] envkit in the project file says,
     and run GPU targets on \\[ci] gpu_runner (or the target's own runner)."""
-    outcome = app.matrix.export_project(project, fmt, contexts, out)
+    outcome = app.matrix.export_project(project, fmt.value, contexts, out, matrix_path)
     if isinstance(outcome, app.matrix.ExportUnsolved):
         for line in outcome.lines():
             sys.stderr.write(f"envkit: {line}\n")

@@ -340,3 +340,71 @@ def test_an_element_of_a_list_of_tables_is_reported_at_its_own_line() -> None:
     bad = "\n".join(LINES[:line - 1] + [LINES[line - 1].replace(old, 'python = "310", abi = [false, true] },')] + LINES[line:])
     assert _problems(bad + "\n") == [f"line {line}: [[flash_attn]] #{_index_of(TEXT, 'flash_attn', line)} `wheels` #{line - wheels}: "
                                      'a Python list is like ["3.10", "3.11"]']
+
+
+# ---------------------------------------------------------------- [[cuda]] toolkit_wheels (issue 15)
+
+TOOLKIT_WHEELS = json.loads((ROOT / "data" / "sources" / "nvidia" / "toolkit-wheels.json").read_text(encoding="utf-8"))
+NVVM_130 = 'name = "nvidia-nvvm", version = "13.0.88", source = "https://pypi.org/project/nvidia-nvvm/13.0.88/'
+
+
+def test_toolkit_wheels_are_those_of_the_source_extract_release_by_release() -> None:
+    """Each [[cuda]] row's toolkit_wheels are exactly what data/sources/nvidia/toolkit-wheels.json read from
+    that release's redistrib manifest (never a neighbour's), and the releases the torch builds use have them."""
+    m = matrix.parse(TEXT)
+    by_release = {c.release: c for c in m.cuda}
+    extract = {r["release"]: r for r in TOOLKIT_WHEELS["releases"]}
+    assert {"12.4.1", "12.6.3", "12.8.1", "12.9.1", "13.0.1", "13.2.1"} <= set(extract)
+    for release, row in by_release.items():
+        want = extract.get(release)
+        got = [(w.name, str(w.version)) for w in row.wheels]
+        assert got == ([(w["name"], w["version"]) for w in want["wheels"]] if want else []), release
+        for w in row.wheels:
+            assert w.source.startswith(f"https://pypi.org/project/{w.name}/{w.version}/ ")
+            assert f"redistrib_{release}.json" in w.source
+    for r in TOOLKIT_WHEELS["releases"]:
+        assert r["redistrib"].endswith(f"/redistrib_{r['release']}.json") and r["read_from"].endswith(f"redistrib_{r['release']}.json")
+        for w in r["wheels"]:
+            assert w["component_version"] == w["version"] and w["files"], (r["release"], w["name"])
+    cuda13 = {w.name: str(w.version) for w in by_release["13.0.1"].wheels}
+    assert cuda13 == {"nvidia-cuda-nvcc": "13.0.88", "nvidia-cuda-runtime": "13.0.88", "nvidia-cuda-cccl": "13.0.85",
+                      "nvidia-nvvm": "13.0.88", "nvidia-cuda-crt": "13.0.88"}
+    torch_cudas = {str(v.toolkit) for v in m.torch if v.platform == "cuda" and v.toolkit >= Version("12.4")}
+    assert torch_cudas <= {str(c.version) for c in m.cuda if c.wheels}, torch_cudas
+
+
+TOOLKIT_WHEEL_MUTATIONS = [
+    # issue 15: nvcc 13.0.88 pulled nvidia-nvvm unpinned, pip took 13.5.37 and ptxas refused the PTX
+    (NVVM_130, NVVM_130.replace("13.0.88", "13.5.37"), "nvidia-nvvm==13.5.37 is not of CUDA 13.0: each toolkit wheel is pinned to its release"),
+    ('{ name = "nvidia-cuda-crt", version = "13.0.88"', '{ name = "nvidia-cuda-crt-cu13", version = "13.0.88"',
+     "nvidia-cuda-crt-cu13 is not a CUDA 13 toolkit wheel name"),
+    ('{ name = "nvidia-cuda-nvcc-cu12", version = "12.8.93", source = "https://pypi.org/project/nvidia-cuda-nvcc-cu12/12.8.93/',
+     '{ name = "nvidia-cuda-nvcc", version = "12.8.93", source = "https://pypi.org/project/nvidia-cuda-nvcc/12.8.93/',
+     "nvidia-cuda-nvcc is not a CUDA 12 toolkit wheel name (they end in -cu12)"),
+    ('version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-runtime/13.0.88/',
+     'version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-runtime/13.0.96/',
+     "nvidia-cuda-runtime's source must give its PyPI page at that version"),
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88"', '{ name = "nvidia-cuda-nvcc", version = "13.0.x"', "Invalid version: '13.0.x'"),
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88"', '{ name = "nvidia-cuda-nvcc", versio = "13.0.88"', "each toolkit wheel is {"),
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/',
+     '{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "pypi nvidia-cuda-nvcc 13.0.88', "source"),
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/',
+     '{ name = "nvidia-cuda-nvvm", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvvm/13.0.88/',
+     "the toolkit wheels include nvidia-cuda-nvcc"),
+]
+
+
+@pytest.mark.parametrize("old,new,said", TOOLKIT_WHEEL_MUTATIONS)
+def test_a_toolkit_wheel_not_pinned_to_its_release_is_refused_at_its_line(old: str, new: str, said: str) -> None:
+    assert old in TEXT, old
+    bad = TEXT.replace(old, new, 1)
+    problems = _problems(bad)
+    assert len(problems) == 1, problems
+    key_line = max(i + 1 for i in range(_line_of(bad, new)) if bad.splitlines()[i] == "toolkit_wheels = [")
+    assert problems[0].startswith((f"line {key_line}: [[cuda]]", f"line {_line_of(bad, new)}: [[cuda]]")), problems
+    assert "`toolkit_wheels`" in problems[0] and said in problems[0], problems
+
+
+def test_a_cuda_row_without_toolkit_wheels_still_loads_with_none() -> None:
+    m = matrix.parse(TEXT)
+    assert [c.wheels for c in m.cuda if str(c.version) == "11.8"] == [()]

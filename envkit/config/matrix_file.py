@@ -43,6 +43,7 @@ from envkit.model.matrix import (
     OsRelease,
     PythonRelease,
     Rocm,
+    ToolkitWheel,
     TorchAbiBreak,
     TorchBuild,
     Vllm,
@@ -465,9 +466,30 @@ class _Spec:
         return out
 
 
+_TOOLKIT_WHEEL_KEYS = {"name", "version", "source"}
+
+
+def _toolkit_wheel(w: Any) -> ToolkitWheel:
+    if not isinstance(w, dict) or set(w) != _TOOLKIT_WHEEL_KEYS:
+        raise ValueError('each toolkit wheel is { name = "nvidia-cuda-nvcc", version = "13.0.88", '
+                         'source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/ ..." }')
+    return ToolkitWheel(name=_str_field(w, "name", r"[a-z0-9][a-z0-9-]*", "nvidia-cuda-nvcc"),
+                        version=Version(_str_field(w, "version")), source=_source(w["source"]))
+
+
+def _toolkit_wheels(items: list) -> tuple[ToolkitWheel, ...]:
+    return _each(_toolkit_wheel, items)
+
+
+def _cuda_problem(c: CudaToolkit) -> Optional[tuple[str, str]]:
+    problem = c.wheel_problem()
+    return ("toolkit_wheels", problem) if problem else None
+
+
 _CUDA = _Spec(CudaToolkit, Table.of(
     _VERSION, _req("release"), _req("min_driver", Driver.parse), _opt("toolkit_driver", Driver.parse),
-    _req("archs", _cc_list, list), _req("cudnn"), _req("devel_image"), _req("runtime_image"), _req("os"), _SOURCE))
+    _req("archs", _cc_list, list), _req("cudnn"), _req("devel_image"), _req("runtime_image"), _req("os"), _SOURCE,
+    Field("toolkit_wheels", _toolkit_wheels, list, (), attr="wheels")), check=_cuda_problem)
 
 _GPU = _Spec(Gpu, Table.of(
     _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _gpu_arch),

@@ -86,6 +86,26 @@ class Driver:
 
 
 @dataclass(frozen=True)
+class ToolkitWheel:
+    """One of NVIDIA's PyPI wheels that make up a CUDA release's nvcc toolchain (nvidia-cuda-nvcc-cu12,
+    nvidia-nvvm, ...), at the version NVIDIA's redistrib manifest of that release gives its component."""
+
+    name: str
+    version: Version
+    source: str
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def toolkit_wheel_suffix(cuda: Version) -> str:
+    """The name suffix of a CUDA major's toolkit wheels: `-cu12` for 12.x (and `-cu11`), none from 13 on,
+    where the wheels install into one nvidia/cu13 prefix."""
+    return f"-cu{cuda.major}" if cuda.major < 13 else ""
+
+
+@dataclass(frozen=True)
 class CudaToolkit:
     version: Version
     release: str
@@ -97,9 +117,33 @@ class CudaToolkit:
     runtime_image: str
     os: str
     source: str
+    wheels: tuple[ToolkitWheel, ...] = ()  # the release's toolkit wheels on PyPI, each pinned; () where not known
 
     def can_target(self, gpu: CC) -> bool:
         return any(sass_runs_on(a, gpu) for a in self.archs)
+
+    def wheel_problem(self) -> Optional[str]:
+        """Why the row's wheel set is not one CUDA release's pinned toolchain, or None. Every wheel must be
+        of this release's major.minor: nvcc 13.0.88 pulls nvidia-nvvm and nvidia-cuda-crt unpinned, and
+        pip's newest (13.5.37) makes ptxas refuse the PTX ("Unsupported .version 9.5")."""
+        if not self.wheels:
+            return None
+        suffix = toolkit_wheel_suffix(self.version)
+        names = [w.name for w in self.wheels]
+        for w in self.wheels:
+            if not w.name.startswith("nvidia-") or (suffix and not w.name.endswith(suffix)) \
+                    or (not suffix and re.search(r"-cu\d+$", w.name)):
+                return f"{w.name} is not a CUDA {self.version.major} toolkit wheel name (" \
+                       + (f"they end in {suffix})" if suffix else "CUDA 13 on, the names carry no -cuNN suffix)")
+            if w.version.release[:2] != self.version.release[:2]:
+                return f"{w.pin} is not of CUDA {self.version}: each toolkit wheel is pinned to its release"
+            if f"https://pypi.org/project/{w.name}/{w.version}/" not in w.source:
+                return f"{w.name}'s source must give its PyPI page at that version, https://pypi.org/project/{w.name}/{w.version}/"
+        if len(set(names)) != len(names):
+            return "a toolkit wheel is listed twice"
+        if f"nvidia-cuda-nvcc{suffix}" not in names:
+            return f"the toolkit wheels include nvidia-cuda-nvcc{suffix}"
+        return None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ def test_case(case: dict) -> None:
     result = resolve(m, parse_query(m, **case["args"]))
     if case["expect"] == "ok":
         assert result.ok, [c.message for c in result.conflicts]
-        flat = result.solution.flat()
+        flat: dict[str, object] = dict(result.solution.flat())
+        toolkit = result.to_json()["solution"]["toolkit"] or {}  # what `envkit resolve --json` prints
+        flat["toolkit_wheels"] = [w["pin"] for w in toolkit.get("wheels", [])]
         for key, want in case.get("solution", {}).items():
             assert flat.get(key) == want, f"{key}: got {flat.get(key)!r}, want {want!r}"
     else:

@@ -126,6 +126,27 @@ def test_every_versioned_document_schema_requires_schema_1():
 
 # ---------------------------------------------------------------- resolve
 
+def test_resolve_document_carries_the_toolkit_wheels_pinned_to_the_release():
+    """Issue 15: the resolve document lists the CUDA release's toolkit wheels, each pinned (nvvm 13.5.37 broke ptxas)."""
+    doc = strict(envkit_json("resolve", "--gpu", "H200", "--cuda", "13.0", "--torch", "2.11.0", "--json"), "resolve")
+    wheels = doc["solution"]["toolkit"]["wheels"]
+    assert {w["pin"] for w in wheels} == {"nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime==13.0.88", "nvidia-cuda-cccl==13.0.85",
+                                          "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88"}
+    assert all(w["source"].startswith(f"https://pypi.org/project/{w['name']}/{w['version']}/") for w in wheels)
+    validate(doc["solution"], "solution")
+    for why, change in (("a wheel without its pin", lambda w: w.pop("pin")), ("an unknown key", lambda w: w.update(sha="x")),
+                        ("a source that is not its PyPI page", lambda w: w.update(source="pip install")),
+                        ("an unpinned requirement", lambda w: w.update(pin="nvidia-nvvm"))):
+        broken = copy.deepcopy(doc)
+        change(broken["solution"]["toolkit"]["wheels"][0])
+        refused(broken, "resolve", why)
+    broken = copy.deepcopy(doc)
+    broken["solution"]["toolkit"]["wheels"] = []
+    refused(broken, "resolve", "an empty wheel list (absent where not known)")
+    old = envkit_json("resolve", "--gpu", "A100", "--cuda", "11.8", "--json")
+    assert "wheels" not in old["solution"]["toolkit"]  # the matrix records no wheel set for 11.8: none is guessed
+
+
 def test_resolve_documents_ok_and_no_solution():
     ok = strict(envkit_json("resolve", "--gpu", "RTX 4090", "--cuda", "11.8", "--torch", "2.1.2", "--vllm", "0.2.7", "--json"), "resolve")
     assert ok["ok"] is True and ok["solution"]["platform"] == "cuda"

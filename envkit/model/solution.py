@@ -9,7 +9,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envkit.model.flags import FLAG
-from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, TorchBuild, Vllm, dtk_text
+from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, ToolkitWheel, TorchBuild, Vllm, dtk_text
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,14 @@ class Solution:
             out["min_driver"] = str(self.min_driver)
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def toolkit_wheels(self) -> tuple[ToolkitWheel, ...]:
+        """The CUDA release's toolkit wheels on PyPI, each pinned to the release; () where not known."""
+        return self.cuda.wheels if self.platform == "cuda" and self.cuda else ()
+
+    def to_json(self, toolkit_wheels: bool = False) -> dict[str, Any]:
+        """The solution document. `toolkit_wheels` adds the toolkit's pinned PyPI wheel set where the
+        matrix knows it (the resolve document); an image's label and a lock record the toolkit as built."""
         t = self.torch
         d: dict[str, Any] = {
             "platform": self.platform,
@@ -140,6 +147,9 @@ class Solution:
             "notes": list(self.notes),
             "sources": list(self.sources),
         }
+        if toolkit_wheels and d["toolkit"] is not None and self.toolkit_wheels:
+            d["toolkit"]["wheels"] = [{"name": w.name, "version": str(w.version), "pin": w.pin, "source": w.source}
+                                      for w in self.toolkit_wheels]
         if self.flash_attn:
             f = self.flash_attn
             d["flash_attn"] = {"version": str(f.version), "build": f.build, "wheel": f.wheel, "url": f.url,
@@ -169,7 +179,7 @@ class Result:
             "schema": 1,
             "ok": self.ok,
             "query": self.query.flags(),
-            "solution": None if self.solution is None else self.solution.to_json(),
+            "solution": None if self.solution is None else self.solution.to_json(toolkit_wheels=True),
             "conflicts": [c.to_json() for c in self.conflicts],
             "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
             "warnings": list(self.warnings),

@@ -11,7 +11,7 @@ from typing import Optional
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import MAX_DATASET_BYTES, parse_file, parse_json
-from envkit.errors import ExternalError, InputError
+from envkit.errors import EnvkitError, ExternalError, InputError
 from envkit.inimage import selftest as script
 from envkit.model.results import CheckResult, SelftestResult
 
@@ -94,11 +94,26 @@ def run(req: SelftestRequest, image: Optional[str] = None, reporter: Reporter = 
     return run_in_image(image, req, reporter=reporter) if image else run_here(req, reporter)
 
 
+def matrix_peak(gpu_name: str, matrix_path: Optional[str] = None) -> Optional[tuple[float, str]]:
+    """(HBM peak GB/s, row name) of the matrix's [[gpu]] row for a GPU's NVML or torch name (its name or an alias, e.g.
+    "NVIDIA H200"); None when no row names it or the row's published bandwidth is unknown (0)."""
+    from envkit.app.matrix import load
+    from envkit.core.resolve.query import find_gpu
+
+    try:
+        g = find_gpu(load(matrix_path), gpu_name)
+    except EnvkitError:
+        return None
+    return (float(g.bandwidth_gbs), g.name) if g.bandwidth_gbs else None
+
+
 def run_here(req: SelftestRequest, reporter: Reporter = Silent()) -> SelftestResult:
+    """Here: the HBM peak is --peak-gbs, else /opt/envkit/solution.json's, else the matrix row of the GPU torch names."""
     check(req)
     with script.stdout_to_stderr():
         return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
-                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "", say=reporter.say))
+                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "", say=reporter.say,
+                          peak_lookup=matrix_peak))
 
 
 def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None, reporter: Reporter = Silent()) -> SelftestResult:

@@ -237,11 +237,12 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
     c.print(t)
     if doc.get("models"):
         m = Table(title="batch-1 decode (transformers)", title_justify="left", header_style="bold")
-        for col in ("model", "engine", "weights GB", "tokens/s (1/TPOT)", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
+        for col in ("model", "engine", "weights GB", "tokens/s (1/TPOT)", "min-max (runs)", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
             m.add_column(col, justify="left" if col in ("model", "engine") else "right")
         for r in doc["models"]:
             roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
-            _row(m, r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), str(r.get("chars_per_s", "-")),
+            spread = f"{r['tokens_per_s_min']}-{r['tokens_per_s_max']} ({r['runs']})" if r.get("runs") and "tokens_per_s_min" in r else "-"
+            _row(m, r["shape"], r["engine"], str(r["weights_gb"]), str(r["tokens_per_s"]), spread, str(r.get("chars_per_s", "-")),
                  str(r["ttft_ms"]), str(r["tpot_ms"]), roof)
         c.print(m)
     if doc.get("lambada"):

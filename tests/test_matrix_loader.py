@@ -354,7 +354,7 @@ def test_toolkit_wheels_are_those_of_the_source_extract_release_by_release() -> 
     m = matrix.parse(TEXT)
     by_release = {c.release: c for c in m.cuda}
     extract = {r["release"]: r for r in TOOLKIT_WHEELS["releases"]}
-    assert {"12.4.1", "12.6.3", "12.8.1", "12.9.1", "13.0.1", "13.2.1"} <= set(extract)
+    assert {"12.4.1", "12.6.3", "12.8.1", "12.9.1", "13.0.1", "13.1.2", "13.2.1"} <= set(extract)
     for release, row in by_release.items():
         want = extract.get(release)
         got = [(w.name, str(w.version)) for w in row.wheels]

@@ -147,3 +147,13 @@ def test_no_solution_exits_1_with_the_conflict():
     p = run("generate", "--gpu", "V100", "--flash-attn", "2", "--json", "--dry-run")
     assert p.returncode == 1
     assert json.loads(p.stdout)["conflicts"][0]["rule"] == "flash-attn.gpu-arch"
+
+
+def test_generate_toolkit_pip_flag_and_its_one_line_refusal(tmp_path):
+    """Issue 15: --toolkit pip starts both stages from ubuntu24.04's own image; on CUDA 12.8 it is one line, exit 2."""
+    p = run("generate", "--gpu", "H200", "--cuda", "13.0", "--torch", "2.11.0", "--toolkit", "pip", "-o", "-")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("FROM docker.io/library/ubuntu:24.04 AS") == 2 and "--toolkit=pip" in p.stdout
+    assert "nvidia-cuda-nvcc==13.0.88" in p.stdout and "ENV CUDA_HOME=/usr/local/cuda" in p.stdout
+    bad = run("generate", "--gpu", "H200", "--cuda", "12.8", "--toolkit", "pip", "-o", str(tmp_path / "ctx"))
+    assert bad.returncode == 2 and "no nvcc" in _one_line_error(bad) and not (tmp_path / "ctx").exists()

@@ -38,12 +38,15 @@ CASES = {
     "dtk-z100l": ({"gpu": "Z100L", "dtk": "24.04"}, f"{SITES}/dtk.toml", False),
     "cpu": ({"platform": "cpu", "torch": "2.13.0"}, None, False),
     "cpu-offline": ({"platform": "cpu", "torch": "2.13.0"}, None, True),
+    # issue 15: the devel stage's CUDA toolkit from NVIDIA's pinned wheels on ubuntu24.04's own image (--toolkit pip)
+    "h200-cuda13-toolkit-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "flash_attn": "2.7.4.post1",
+                                         "kernels": "rotary"}, None, True, {"toolkit": "pip"}),
 }
 
 
 def _generate(name: str):
-    flags, site, offline = CASES[name]
-    return generate(ResolveFlags.from_mapping(flags), mirror=site, opts=Options(offline=offline))
+    flags, site, offline, *more = CASES[name]
+    return generate(ResolveFlags.from_mapping(flags), mirror=site, opts=Options(offline=offline, **(more[0] if more else {})))
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from packaging.version import Version
 from envkit.app.bundle import BundleReport, fetch_debs
 from envkit.config import matrix_file as mx
 from envkit.config.site_file import load as load_site
+from envkit.config.site_file import parse as parse_site
 from envkit.core.planner import plan
 from envkit.core.planner.blocks import (
     AptPackages, CPythonTarball, DistroPython, FlashAttnSource, FlashAttnWheel, Kernels, Torch, VllmWheel, blocks_for,
@@ -22,7 +23,8 @@ from envkit.core.render import json_bytes
 from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
 from envkit.model.plan import (
-    WHEELHOUSE, AptStep, BuildPlan, ImportCheckStep, KernelsStep, Network, Options, PipStep, PlanDocument, PythonTarballStep, Step,
+    WHEELHOUSE, AptStep, BuildPlan, CudaHomeStep, ImportCheckStep, KernelsStep, Network, Options, PipStep, PlanDocument,
+    PythonTarballStep, Step, UninstallStep,
 )
 from envkit.model.site import Site
 from envkit.model.solution import Solution
@@ -269,3 +271,87 @@ def test_bundle_asks_apt_for_exactly_the_carried_packages(tmp_path):
         apt = next(st.payload for st in stage.steps if isinstance(st.payload, AptStep))
         script = asked[stage.name]
         assert f"--no-install-recommends {' '.join(apt.packages)};" in script
+
+
+# ---------------------------------------------------------------- issue 15: --toolkit pip (the CUDA toolkit from NVIDIA's wheels)
+
+TOOLKIT_PIP = dict(gpu="H200", cuda="13.0", python="3.12", torch="2.11.0", flash_attn="2.7.4.post1", kernels="rotary")
+
+
+def _toolkit_plan(mode: str, flags: dict = TOOLKIT_PIP, toolkit: object = "pip", site: object = None) -> BuildPlan:
+    mode_site, offline = MODES[mode]
+    r = resolve(M, parse_query(M, **flags))
+    assert r.solution is not None, r.conflicts
+    return plan(M, r.solution, site if site is not None else mode_site, Options(offline=offline, toolkit=toolkit))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_toolkit_pip_installs_exactly_the_pinned_wheels_and_lays_out_cuda_home(mode):
+    """Issue 15: the devel stage's toolkit is the matrix's pinned wheel set (the runtime wheel within its release,
+    where torch's own stays), on ubuntu24.04's own image, with one CUDA_HOME over nvidia/cu13."""
+    p = _toolkit_plan(mode)
+    assert [s.upstream_image for s in p.stages] == ["docker.io/library/ubuntu:24.04"] * 2
+    pins = _payload(_step(p, "build-cuda-toolkit"), PipStep).packages
+    assert pins == ("nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime~=13.0.88", "nvidia-cuda-cccl==13.0.85",
+                    "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88")
+    assert all(Requirement(pin).specifier.contains("13.0.88" if "cccl" not in pin else "13.0.85") for pin in pins)
+    assert Requirement(pins[1]).specifier.contains("13.0.96") and not Requirement(pins[1]).specifier.contains("13.1.0")
+    assert set(pins) <= set(p.requirements) and set(pins) <= {r for r, _ in p.wheel_sources}
+    home = _payload(_step(p, "build-cuda-home"), CudaHomeStep)
+    assert home == CudaHomeStep("/usr/local/cuda", "/opt/venv/lib/python3.12/site-packages/nvidia/cu13",
+                                (("lib64", "lib"), ("lib/libcudart.so", "libcudart.so.13")))
+    ids = [s.id for s in p.stages[0].steps]
+    # after torch, before anything compiles; the build-only wheels leave before the runtime stage copies the venv
+    assert ids.index("build-torch") < ids.index("build-cuda-toolkit") < ids.index("build-cuda-home") < ids.index("build-flash-attn")
+    assert ids[-1] == "build-cuda-toolkit-removed"
+    removed = _payload(_step(p, "build-cuda-toolkit-removed"), UninstallStep)
+    assert removed.packages == ("nvidia-cuda-nvcc", "nvidia-cuda-cccl", "nvidia-nvvm", "nvidia-cuda-crt")
+    assert "/usr/local/cuda" in removed.paths
+    assert "--toolkit pip" in _step(p, "build-cuda-toolkit").why
+    want = Network.NONE if mode == "offline" else Network.SITE if mode == "intranet" else Network.INTERNET
+    assert _step(p, "build-cuda-toolkit").network == want
+    if mode == "offline":
+        assert _payload(_step(p, "build-cuda-toolkit"), PipStep).find_links == WHEELHOUSE
+    runtime = [s.id for s in p.stages[1].steps]
+    assert "runtime-nvidia-env" in runtime and not any("toolkit" in s for s in runtime)
+
+
+def test_toolkit_image_is_todays_plan():
+    """Issue 15: --toolkit image (and no flag) plan from the nvidia/cuda images, no toolkit step."""
+    default = _plan("h200", "offline")
+    image = plan(M, _solution("h200"), Site(), Options(offline=True, toolkit="image"))
+    assert image.stages == default.stages and image.requirements == default.requirements
+    assert default.stages[0].upstream_image.startswith("nvidia/cuda:")
+
+
+def test_the_site_files_cuda_toolkit_chooses_pip_and_the_flag_wins():
+    """Issue 15: [cuda] toolkit = "pip" in the site file; --toolkit image overrides it; the why names the chooser."""
+    path = str(ROOT / "tests/golden/sites/intranet.toml")
+    site = parse_site(Path(path).read_text() + '\n[cuda]\ntoolkit = "pip"\n', path)
+    assert site.cuda_toolkit == "pip"
+    by_site = _toolkit_plan("intranet", toolkit=None, site=site)
+    assert "[cuda] toolkit" in _step(by_site, "build-cuda-toolkit").why
+    by_flag = _toolkit_plan("intranet", toolkit="image", site=site)
+    assert not any(s.id == "build-cuda-toolkit" for s in _steps(by_flag))
+
+
+@pytest.mark.parametrize("flags,says", [
+    (dict(gpu="H200", cuda="12.8", torch="2.7.1"), "ptxas but no nvcc"),      # 12.x nvcc wheels: ptxas only
+    (dict(gpu="RTX A6000", cuda="11.8", torch="2.1.2"), "no toolkit wheels"),  # the matrix pins none
+    (dict(gpu="MI300X", rocm="6.2"), "this stack is rocm"),
+    (dict(platform="cpu", torch="2.13.0"), "this stack is cpu"),
+])
+def test_toolkit_pip_is_refused_where_the_wheels_cannot_serve(flags, says):
+    """Issue 15: one line naming the problem; the fix names the CUDA releases whose wheels carry nvcc."""
+    with pytest.raises(InputError) as exc:
+        _toolkit_plan("internet", flags=flags)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+    if "cuda" in flags:
+        assert "--cuda 13.0" in exc.value.fix and "--toolkit image" in exc.value.fix
+
+
+def test_the_site_files_cuda_toolkit_refuses_another_value():
+    """Issue 15: [cuda] toolkit is "image" or "pip"; anything else is one line with the fix."""
+    with pytest.raises(InputError) as exc:
+        parse_site('[cuda]\ntoolkit = "conda"\n', "site.toml")
+    assert "[cuda] toolkit must be one of 'image', 'pip'" in str(exc.value) and 'toolkit = "pip"' in exc.value.fix

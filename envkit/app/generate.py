@@ -33,6 +33,8 @@ def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[
         parts.append("--offline")
     if opts.host_march != Options().host_march:
         parts.append(f"--host-march={opts.host_march}")
+    if opts.toolkit is not None:
+        parts.append(f"--toolkit={opts.toolkit}")
     return " ".join(shlex.quote(p) for p in parts)
 
 

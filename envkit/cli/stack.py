@@ -15,6 +15,15 @@ from envkit.model.flags import ResolveFlags
 from envkit.model.plan import DEFAULT_HOST_MARCH, Options
 
 
+class ToolkitChoice(str, Enum):
+    image = "image"
+    pip = "pip"
+
+
+TOOLKIT_HELP = ("CUDA toolkit of the devel stage: the nvidia/cuda devel image, or NVIDIA's pinned PyPI wheels on the OS's own image "
+                "(default: the site file's [cuda] toolkit, else image)")
+
+
 class BuildNetwork(str, Enum):
     bridge = "bridge"
     host = "host"
@@ -39,13 +48,15 @@ def generate(
     host_march: str = typer.Option(DEFAULT_HOST_MARCH, "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
+    toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
-    opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
+    opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+                   toolkit=toolkit.value if toolkit else None)
     to_stdout = out == "-"  # `-o -`: the Dockerfile alone on stdout, nothing written (like `cog debug`)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
                          out=None if dry_run or to_stdout else out, force=force)

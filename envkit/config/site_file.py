@@ -38,6 +38,9 @@ need it and never written into a layer (model.site.BuildSecret).
     devel_image = "registry.corp:5000/dtk:24.04-ubuntu20.04"
     runtime_image = "registry.corp:5000/dtk:24.04-ubuntu20.04"
     os = "ubuntu20.04"
+
+    [cuda]
+    toolkit = "pip"                               # the devel stage's CUDA toolkit from NVIDIA's wheels (default "image")
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from urllib.parse import urlsplit
 from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_bytes, read_text
 from envkit.errors import InputError
+from envkit.model.plan import TOOLKIT_SOURCES
 from envkit.model.site import APT_NETRC, PIP_NETRC, BuildSecret, Site
 
 _SECRET_KEY = re.compile(r"pass(word)?|token|secret|api[_-]?key|auth", re.I)
@@ -120,6 +124,13 @@ _image_text = text(_IMAGE_REF.pattern, "must be an image reference like registry
                    "write the image name on one line, without spaces")
 _no_proxy = text(r"[A-Za-z0-9.,/*:_-]*", "must be a comma-separated string of hosts and networks, got {value}",
                  'write no_proxy = "10.0.0.0/8,.corp.example"')
+def _toolkit_source(value: Any) -> str:
+    if value not in TOOLKIT_SOURCES:
+        raise Invalid(f"must be one of {', '.join(repr(v) for v in TOOLKIT_SOURCES)}, got {value!r}",
+                      'write toolkit = "pip" (NVIDIA\'s toolkit wheels) or toolkit = "image" (the nvidia/cuda devel image)')
+    return str(value)
+
+
 _os_name = text(r"[a-z]+\d+(\.\d+)?", 'must name an os like "ubuntu20.04", got {value}', "see envkit matrix show os")
 
 
@@ -174,6 +185,7 @@ _TABLES: dict[str, Optional[Table]] = {
     "registry": Table.of(_opt("prefix", _registry_prefix)),
     "images": None,
     "dtk": Table.of(_opt("devel_image", _image), _opt("runtime_image", _image), _opt("os", _os_name)),
+    "cuda": Table.of(_opt("toolkit", _toolkit_source)),
 }
 
 
@@ -217,7 +229,7 @@ def _check_tables(path: str, raw: dict) -> None:
 
 
 _MAPS = {"rewrite": _url_with(_PIP_LOGIN), "images": _image}
-_READ_ORDER = ("apt", "rewrite", "proxy", "ca", "images", "registry", "dtk", "pip")  # the first problem found is the one named
+_READ_ORDER = ("apt", "rewrite", "proxy", "ca", "images", "registry", "dtk", "cuda", "pip")  # the first problem found is the one named
 
 
 def _read_tables(path: str, raw: dict, read_file: Optional[Callable[[Path], bytes]]) -> dict[str, Any]:
@@ -282,6 +294,7 @@ def parse(text: str, path: str, read_file: Optional[Callable[[Path], bytes]] = N
         dtk_devel=dtk["devel_image"],
         dtk_runtime=dtk["runtime_image"] or dtk["devel_image"],
         dtk_os=dtk["os"],
+        cuda_toolkit=t["cuda"]["toolkit"],
         pip_netrc=pip["netrc"],
         apt_netrc=apt["netrc"],
     )

@@ -25,6 +25,8 @@ from envkit.model.plan import (
     BuildPlan,
     CopyVenvStep,
     CopyWheelStep,
+    CudaHomeStep,
+    EnvStep,
     ImportCheckStep,
     KernelsStep,
     LabelsStep,
@@ -33,6 +35,7 @@ from envkit.model.plan import (
     SiteSettingsStep,
     Step,
     StepPayload,
+    UninstallStep,
     VenvStep,
 )
 from envkit.model.site import BuildSecret
@@ -187,6 +190,23 @@ def _kernels(payload: KernelsStep, step: Step, r: _Rendering) -> str:
                    f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
     return r.fragment("kernels", prelude=prelude, sdist=payload.sdist, targets=",".join(payload.targets),
                       arch_list=";".join(payload.arch_list), host_march=payload.host_march)
+
+
+@_payload_text.register
+def _cuda_home(payload: CudaHomeStep, step: Step, r: _Rendering) -> str:
+    links = "".join(f" \\\n && ln -s {target} {payload.cuda_home}/{link}" for link, target in payload.links)
+    return r.fragment("cuda-home", prefix=payload.prefix, cuda_home=payload.cuda_home, links=links)
+
+
+@_payload_text.register
+def _uninstall(payload: UninstallStep, step: Step, r: _Rendering) -> str:
+    remove = f" \\\n && rm -rf {' '.join(payload.paths)}" if payload.paths else ""
+    return r.fragment("uninstall", packages=" ".join(payload.packages), remove=remove)
+
+
+@_payload_text.register
+def _env(payload: EnvStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("env", env=" ".join(f"{key}={value}" for key, value in payload.env))
 
 
 @_payload_text.register

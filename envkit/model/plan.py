@@ -24,6 +24,9 @@ PLAN_SCHEMA = 1
 
 PythonSource = Literal["distro", "tarball"]
 StageName = Literal["build", "runtime"]
+ToolkitSource = Literal["image", "pip"]  # the devel stage's CUDA toolkit: the nvidia/cuda devel image, or NVIDIA's PyPI wheels
+TOOLKIT_SOURCES: tuple[ToolkitSource, ...] = ("image", "pip")
+CUDA_HOME = "/usr/local/cuda"  # where --toolkit pip lays out the wheels' toolkit, as the nvidia/cuda images have it
 
 
 class Network(str, Enum):
@@ -107,6 +110,31 @@ class KernelsStep:
 
 
 @dataclass(frozen=True)
+class CudaHomeStep:
+    """Lay out one CUDA_HOME over the folder the toolkit wheels installed into (`prefix`): `cuda_home` links to
+    it, each of `links` (a path under cuda_home, the target it points at) is made, then CUDA_HOME and PATH."""
+
+    cuda_home: str
+    prefix: str
+    links: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class UninstallStep:
+    """pip uninstall `packages` and remove `paths`: what the build needed and the runtime stage must not copy."""
+
+    packages: tuple[str, ...]
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """Set environment variables in the stage."""
+
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class CopyVenvStep:
     """Copy the venv (and a CPython built from source) from the build stage."""
 
@@ -127,7 +155,7 @@ class LabelsStep:
 
 
 StepPayload = Union[SiteSettingsStep, AptStep, PythonTarballStep, VenvStep, PipStep, CopyWheelStep,
-                    KernelsStep, CopyVenvStep, ImportCheckStep, LabelsStep]
+                    KernelsStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep]
 
 
 @dataclass(frozen=True)
@@ -162,6 +190,7 @@ class Options:
     host_march: str = DEFAULT_HOST_MARCH
     max_jobs: Optional[int] = None
     nvcc_threads: Optional[int] = None
+    toolkit: Optional[ToolkitSource] = None  # --toolkit; None: the site file's [cuda] toolkit, else "image"
 
 
 # ---------------------------------------------------------------- the envkit.plan.json document

@@ -41,6 +41,7 @@ class Site:
     dtk_devel: Optional[str] = None
     dtk_runtime: Optional[str] = None
     dtk_os: Optional[str] = None
+    cuda_toolkit: Optional[str] = None  # [cuda] toolkit: "image" or "pip", where the CUDA toolkit of the devel stage comes from
     pip_netrc: bool = False  # pip's index asks for a login: the netrc comes at build time (PIP_NETRC)
     apt_netrc: bool = False  # the apt mirror asks for a login: its auth.conf comes at build time (APT_NETRC)
 

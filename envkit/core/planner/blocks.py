@@ -16,8 +16,9 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
-from envkit.model.matrix import PythonRelease, TorchBuild, Vllm
+from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm
 from envkit.model.plan import (
+    CUDA_HOME,
     PYTHON_FTP,
     PYTHON_PREFIX,
     VENV,
@@ -26,6 +27,8 @@ from envkit.model.plan import (
     Carried,
     CopyVenvStep,
     CopyWheelStep,
+    CudaHomeStep,
+    EnvStep,
     ImportCheckStep,
     KernelsStep,
     LabelsStep,
@@ -34,6 +37,7 @@ from envkit.model.plan import (
     SiteSettingsStep,
     StageName,
     Step,
+    UninstallStep,
     VenvStep,
 )
 from envkit.model.solution import FlashAttnPlan, KernelPlan
@@ -296,6 +300,84 @@ class Torch(Block):
                 "the venv keeps the pip its Python ships (fix if pip was upgraded: pip install 'pip<24.1')",)
 
 
+# What the nvidia/cuda runtime image sets and a plain OS image lacks: the NVIDIA container toolkit mounts the driver
+# (libcuda, nvidia-smi) into a container that asks for compute and utility.
+NVIDIA_RUNTIME_ENV = (("NVIDIA_VISIBLE_DEVICES", "all"), ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility"))
+
+
+@dataclass(frozen=True)
+class CudaToolkitWheels(Block):
+    """--toolkit pip: the devel stage's CUDA toolkit from NVIDIA's wheels pinned to the release, installed into the
+    venv after torch and laid out as one CUDA_HOME (/usr/local/cuda) for torch.utils.cpp_extension and flash-attn's
+    setup.py. The runtime wheel keeps the build torch already brings when it is of the same release."""
+
+    wheels: tuple[ToolkitWheel, ...]
+    cuda: Version
+    release: str
+
+    @staticmethod
+    def is_runtime(wheel: ToolkitWheel) -> bool:
+        return wheel.name.startswith("nvidia-cuda-runtime")
+
+    @property
+    def specs(self) -> tuple[str, ...]:
+        """Each wheel pinned; the runtime (torch's dependency too) at least the pin, within the release."""
+        return tuple(f"{w.name}~={w.version}" if self.is_runtime(w) else w.pin for w in self.wheels)
+
+    @property
+    def build_only(self) -> tuple[str, ...]:
+        """The wheels torch does not require: removed again before the runtime stage copies the venv."""
+        return tuple(w.name for w in self.wheels if not self.is_runtime(w))
+
+    def prefix(self, ctx: PlanContext) -> str:
+        """Where the wheels install: one folder per CUDA major from 13 on (nvidia/cu13)."""
+        py = ctx.solution.python
+        return f"{VENV}/lib/python{py.major}.{py.minor}/site-packages/nvidia/cu{self.cuda.major}"
+
+    def links(self) -> tuple[tuple[str, str], ...]:
+        """The wheels keep libraries in lib/ and only the versioned libcudart: setup.py files look in lib64/ and link -lcudart."""
+        return (("lib64", "lib"), ("lib/libcudart.so", f"libcudart.so.{self.cuda.major}"))
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        names = ", ".join(w.pin for w in self.wheels)
+        return (
+            Step("build-cuda-toolkit", f"CUDA {self.release} toolkit wheels",
+                 f"{ctx.toolkit_chosen_by}: nvcc, headers and libraries from NVIDIA's wheels of CUDA {self.release} ({names}) "
+                 f"instead of the nvidia/cuda devel image; the runtime wheel stays at torch's own where that is CUDA {self.cuda.major}.{self.cuda.minor} too",
+                 PipStep(self.specs, find_links=ctx.find_links), ctx.index_network),
+            Step("build-cuda-home", f"CUDA_HOME {CUDA_HOME} over the wheels",
+                 "torch.utils.cpp_extension and flash-attn's setup.py find nvcc, include/ and lib64/ under CUDA_HOME; "
+                 "nvcc --version checks the layout",
+                 CudaHomeStep(CUDA_HOME, self.prefix(ctx), self.links())),
+        )
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        return (Step("runtime-nvidia-env", "NVIDIA container settings",
+                     f"the runtime stage starts from {ctx.os.name}'s own image, without the nvidia/cuda image's settings: "
+                     "the container toolkit mounts the driver for these; torch's nvidia-* wheels in the venv carry the CUDA libraries",
+                     EnvStep(NVIDIA_RUNTIME_ENV)),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return self.specs
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return tuple((spec, None) for spec in self.specs)
+
+
+@dataclass(frozen=True)
+class CudaToolkitRemoved(Block):
+    """The toolkit wheels' build-only part (nvcc, nvvm, headers) uninstalled after the last compile: the runtime
+    stage copies the venv and must not carry nvcc."""
+
+    toolkit: CudaToolkitWheels
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        prefix = self.toolkit.prefix(ctx)
+        return (Step("build-cuda-toolkit-removed", "toolkit wheels removed",
+                     f"nothing is compiled after this; the runtime stage copies {VENV}, which keeps only what torch requires",
+                     UninstallStep(self.toolkit.build_only, (CUDA_HOME, *(f"{prefix}/{link}" for link, _ in self.toolkit.links())))),)
+
+
 @dataclass(frozen=True)
 class FlashAttnWheel(Block):
     """A prebuilt flash-attn wheel (not on PyPI) that matches torch's ABI."""
@@ -472,7 +554,14 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
         sdist = flash.flash_attn.version if isinstance(flash, FlashAttnSource) else sol.kernels[0].flash_attn_sdist
         kernels = (Kernels(sol.kernels, sdist),)
     vllm = (VllmWheel(sol.vllm, sol.vllm_wheel, sol.vllm_url, sol.torch),) if sol.vllm is not None else ()
-    return (python, Venv(), *BuildTools.needed(ctx), Torch(sol.torch), *((flash,) if flash else ()), *kernels, *vllm)
+    toolkit: tuple[Block, ...] = ()
+    removed: tuple[Block, ...] = ()
+    if ctx.toolkit == "pip":
+        assert sol.cuda is not None
+        wheels = CudaToolkitWheels(sol.toolkit_wheels, sol.cuda.version, sol.cuda.release)
+        toolkit, removed = (wheels,), (CudaToolkitRemoved(wheels),)
+    return (python, Venv(), *BuildTools.needed(ctx), Torch(sol.torch), *toolkit, *((flash,) if flash else ()), *kernels, *vllm,
+            *removed)
 
 
 def blocks_for(ctx: PlanContext) -> tuple[Block, ...]:

@@ -14,7 +14,7 @@ from packaging.version import Version
 from envkit.core.planner.network import NetworkPolicy
 from envkit.errors import InputError
 from envkit.model.matrix import Matrix, OsRelease, PythonRelease, dtk_text
-from envkit.model.plan import PYTHON_PREFIX, WHEELHOUSE, Network, Options, PythonSource
+from envkit.model.plan import PYTHON_PREFIX, WHEELHOUSE, Network, Options, PythonSource, ToolkitSource
 from envkit.model.site import Site
 from envkit.model.solution import Solution
 
@@ -24,6 +24,10 @@ _PLATFORM_NOTES = {
     "rocm": "the matrix knows no slim ROCm runtime image: the runtime stage uses the rocm/dev image, hipcc included",
     "dtk": "DTK containers need the host's /opt/hyhal: run with -v /opt/hyhal:/opt/hyhal --device /dev/kfd --device /dev/dri",
 }
+# The first CUDA release whose nvcc wheel carries nvcc itself: nvidia-cuda-nvcc-cu12 12.8.93 and 12.9.86 on PyPI hold
+# bin/ptxas, libnvvm and libdevice only (JAX's needs), no nvcc, cicc or crt; nvidia-cuda-nvcc 13.0.88 holds
+# nvidia/cu13/bin/nvcc, cudafe++, fatbinary, nvlink and ptxas (the wheels' file lists, read 2026-12-01).
+NVCC_WHEEL_SINCE = Version("13.0")
 _OFFLINE_NOTE = "offline: load the base images first (docker load -i; envkit bundle carries them), and build with --network none"
 
 
@@ -53,6 +57,39 @@ def base_os(m: Matrix, sol: Solution, site: Site) -> tuple[str, str, OsRelease]:
         return site.dtk_devel, site.dtk_runtime or site.dtk_devel, osr
     osr = next(o for o in m.os if o.cpu_image)
     return osr.cpu_image or "", osr.cpu_image or "", osr
+
+
+def plain_image(osr: OsRelease) -> str:
+    """The OS's own image, without CUDA: its row's cpu_image, else the distribution's official image of that release."""
+    if osr.cpu_image:
+        return osr.cpu_image
+    m = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", osr.name)
+    assert m, f"os {osr.name!r} is not distribution + release"
+    return f"docker.io/library/{m.group(1)}:{m.group(2)}"
+
+
+def toolkit_source(m: Matrix, sol: Solution, site: Site, opts: Options) -> tuple[ToolkitSource, str]:
+    """Where the devel stage's CUDA toolkit comes from, and who chose it; refuses what the toolkit wheels cannot serve."""
+    if opts.toolkit is not None:
+        chosen, by = opts.toolkit, f"--toolkit {opts.toolkit}"
+    elif site.cuda_toolkit == "pip" and sol.platform == "cuda":
+        chosen, by = "pip", f"{site.path}'s [cuda] toolkit = \"pip\""
+    else:
+        return "image", ""
+    if chosen == "image":
+        return "image", by
+    if sol.platform != "cuda":
+        raise InputError(f"{by}: the toolkit wheels are NVIDIA's CUDA ones, this stack is {sol.platform}",
+                         "drop --toolkit pip (or pass --toolkit image)")
+    assert sol.cuda is not None
+    usable = sorted((c.version for c in m.cuda if c.wheels and c.version >= NVCC_WHEEL_SINCE))
+    fix = f"pass {''.join(f'--cuda {v}, ' for v in usable)}or --toolkit image"
+    if not sol.toolkit_wheels:
+        raise InputError(f"{by}: the matrix pins no toolkit wheels for CUDA {sol.cuda.version}", fix)
+    if sol.cuda.version < NVCC_WHEEL_SINCE:
+        raise InputError(f"{by}: CUDA {sol.cuda.version}'s nvcc wheel on PyPI ({sol.toolkit_wheels[0].name}) carries ptxas "
+                         f"but no nvcc (nvcc is in the wheels from CUDA {NVCC_WHEEL_SINCE})", fix)
+    return "pip", by
 
 
 def _known_os(m: Matrix, name: str) -> OsRelease:
@@ -106,6 +143,8 @@ class PlanContext:
     cpython: Optional[PythonRelease]  # None: the distribution's own Python is the stack's
     network: NetworkPolicy
     index_network: Network
+    toolkit: ToolkitSource = "image"
+    toolkit_chosen_by: str = ""  # the flag or the site file that chose `toolkit`; "" for the default
 
     @classmethod
     def create(cls, m: Matrix, sol: Solution, site: Site, opts: Options) -> PlanContext:
@@ -113,11 +152,14 @@ class PlanContext:
         _check_request(sol, opts)
         network = NetworkPolicy(site, opts.offline)
         devel, runtime, osr = base_os(m, sol, site)
+        toolkit, chosen_by = toolkit_source(m, sol, site, opts)
+        if toolkit == "pip":  # the toolkit comes from the wheels: both stages start from the OS's own image
+            devel = runtime = plain_image(osr)
         cpython = None if osr.python == sol.python else m.python_release(sol.python)
         if osr.python != sol.python and cpython is None:
             raise InputError(f"Python {sol.python} is neither {osr.name}'s own ({osr.python}) nor a known CPython tarball",
                              f"pass --python {osr.python}")
-        return cls(sol, site, opts, osr, devel, runtime, cpython, network, network.index("build-venv"))
+        return cls(sol, site, opts, osr, devel, runtime, cpython, network, network.index("build-venv"), toolkit, chosen_by)
 
     @property
     def offline(self) -> bool:

@@ -1,0 +1,1 @@
+RUN pip uninstall -y ${packages}${remove}

@@ -157,3 +157,16 @@ def test_generate_toolkit_pip_flag_and_its_one_line_refusal(tmp_path):
     assert "nvidia-cuda-nvcc==13.0.88" in p.stdout and "ENV CUDA_HOME=/usr/local/cuda" in p.stdout
     bad = run("generate", "--gpu", "H200", "--cuda", "12.8", "--toolkit", "pip", "-o", str(tmp_path / "ctx"))
     assert bad.returncode == 2 and "no nvcc" in _one_line_error(bad) and not (tmp_path / "ctx").exists()
+
+
+def test_bundle_and_build_take_toolkit_and_refuse_it_where_it_cannot_apply(tmp_path):
+    """Issue 15: bundle and build (mirror mode) hand --toolkit to the planner (12.8's refusal proves it, before any
+    download or engine); an offline build of a bundle refuses it (the bundle's Dockerfile is made already)."""
+    env_site = str(ROOT / "tests/golden/sites/intranet.toml")
+    bundle = run("bundle", "--gpu", "H200", "--cuda", "12.8", "--toolkit", "pip", "-o", str(tmp_path / "b"))
+    assert bundle.returncode == 2 and "no nvcc" in _one_line_error(bundle) and not (tmp_path / "b").exists()
+    build = run("build", "--gpu", "H200", "--cuda", "12.8", "--toolkit", "pip", "--mirror", env_site, "-o", str(tmp_path / "c"))
+    assert build.returncode == 2 and "no nvcc" in _one_line_error(build) and not (tmp_path / "c").exists()
+    (tmp_path / "d").mkdir()
+    offline = run("build", "--offline", "--bundle", str(tmp_path / "d"), "--toolkit", "pip")
+    assert offline.returncode == 2 and "--toolkit" in _one_line_error(offline)

@@ -21,7 +21,7 @@ from envkit.config.userfile import read_json
 from envkit.core.preflight import GB, Facts, judge
 from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import BuildPlan, Options, PlanDocument
+from envkit.model.plan import BuildPlan, Options, PlanDocument, ToolkitSource
 from envkit.model.project import Project, Target
 from envkit.model.solution import SolutionRecord, Unsolved
 
@@ -45,6 +45,7 @@ class BuildRequest:
     matrix_path: Optional[str] = None
     secrets: tuple[str, ...] = ()  # `--secret ID=FILE` as given: the files the Dockerfile's secret mounts read
     locked: bool = False  # refuse unless the bundle (or the engine's base images) still match the pinned lock
+    toolkit: Optional[ToolkitSource] = None  # --toolkit (mirror mode); None: the site file's [cuda] toolkit, else image
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,9 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     if req.offline:
         if not req.bundle_dir:
             raise InputError("--offline builds a bundle: --bundle DIR is missing", "pass --bundle DIR (made by envkit bundle)")
-        if req.flags.any() or (req.lock and not req.locked) or req.mirror:
-            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock (but with --locked) and --mirror "
-                             "do not apply", "drop them, or make a new bundle")
+        if req.flags.any() or (req.lock and not req.locked) or req.mirror or req.toolkit:
+            raise InputError("--offline --bundle builds what the bundle holds; resolve flags, --lock (but with --locked), --mirror "
+                             "and --toolkit do not apply", "drop them, or make a new bundle (envkit bundle --toolkit pip)")
         if req.secrets:
             raise InputError("--offline builds reach no mirror, so they take no --secret",
                              "drop --secret: the bundle was made where the mirrors' logins are (envkit bundle reads that machine's netrc)")
@@ -157,11 +158,12 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
         if not req.mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
         if req.locked:  # checked before the context is written
-            pre = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options())
+            pre = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit))
             if isinstance(pre, Unsolved):
                 return pre
             check_mirror_build(pre.plan, req.lock, reporter.say)
-        g = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(), out=req.out)
+        g = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
+                     out=req.out)
         if isinstance(g, Unsolved):
             return g
         context = Path(req.out)

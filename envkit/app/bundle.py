@@ -22,7 +22,7 @@ from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import OsRelease
-from envkit.model.plan import PYTHON_FTP, BuildPlan, Options
+from envkit.model.plan import PYTHON_FTP, BuildPlan, Options, ToolkitSource
 from envkit.model.solution import Unsolved
 
 Say = Callable[[str], None]
@@ -177,10 +177,10 @@ class Bundled:
 def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                 mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
                 reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None,
-                locked: bool = False) -> Union[Bundled, Unsolved]:
+                locked: bool = False, toolkit: Optional[ToolkitSource] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
-    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True))
+    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit))
     if isinstance(g, Unsolved):
         return g
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images

@@ -21,7 +21,7 @@ class ToolkitChoice(str, Enum):
 
 
 TOOLKIT_HELP = ("CUDA toolkit of the devel stage: the nvidia/cuda devel image, or NVIDIA's pinned PyPI wheels on the OS's own image "
-                "(default: the site file's [cuda] toolkit, else image)")
+                "(default: the site file's \\[cuda] toolkit, else image)")
 
 
 class BuildNetwork(str, Enum):
@@ -73,6 +73,7 @@ def bundle(
     locked: bool = typer.Option(False, "--locked", help="refuse unless --lock pins every wheel and base image (envkit lock)"),
     mirror: Optional[str] = opt.mirror("fetch through the site's mirrors (SITE.toml)"),
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
+    toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
     force: bool = FORCE,
     as_json: bool = opt.as_json("print a JSON summary"),
@@ -81,7 +82,7 @@ def bundle(
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
-                        force=force, reporter=reporter, locked=locked)
+                        force=force, reporter=reporter, locked=locked, toolkit=toolkit.value if toolkit else None)
     finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
 
 
@@ -115,6 +116,7 @@ def build(
     all_targets: bool = typer.Option(False, "--all", help="build every target of --project"),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="targets built at once (with --all)"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="build context directory (mirror mode)"),
+    toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP + " (mirror mode)"),
     tag: Optional[str] = typer.Option(None, "--tag", "-t", help="image name:tag (default envkit/<platform>:<torch>)"),
     network: BuildNetwork = typer.Option(BuildNetwork.bridge, "--network", help="network for mirror-mode RUN steps"),
     no_cache: bool = typer.Option(False, "--no-cache", help="run every step again (no layer cache)"),
@@ -129,7 +131,7 @@ def build(
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
                                  network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                 secrets=tuple(secret), locked=locked)
+                                 secrets=tuple(secret), locked=locked, toolkit=toolkit.value if toolkit else None)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

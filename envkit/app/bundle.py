@@ -16,7 +16,7 @@ from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
 from envkit.app.generate import Generated, generate
-from envkit.app.lock import check_engine_images, context_lock, fetch_locked_wheels, holds_lock, require_pinned
+from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
@@ -91,7 +91,7 @@ def fetch_debs(engine: ContainerEngine, plan: BuildPlan, out: Path, report: Bund
         packages = apt.packages
         d = out / "debs" / stage.name
         d.mkdir(parents=True, exist_ok=True)
-        _ensure_image(engine, stage.image, say)
+        ensure_image(engine, stage.image, say)
         say(f"apt: resolving {' '.join(packages)} inside {stage.image} (only what the image lacks is carried)")
         script = ("set -e; apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --download-only "
                   "--no-install-recommends " + " ".join(packages) + "; cp /var/cache/apt/archives/*.deb /out/ 2>/dev/null || true; "
@@ -112,22 +112,11 @@ def _uid() -> str:
     return f"{os.getuid()}:{os.getgid()}"
 
 
-def _ensure_image(engine: ContainerEngine, ref: str, say: Say) -> None:
-    if engine.has_image(ref):
-        return
-    say(f"pulling {ref}")
-    try:
-        engine.pull(ref)
-    except Exception as exc:
-        raise ExternalError(f"base image {ref} is not on this engine and cannot be pulled ({type(exc).__name__})",
-                            f"docker pull or docker load {ref} first, or name the site's copy in the site file [images]") from None
-
-
 def save_images(engine: ContainerEngine, plan: BuildPlan, out: Path, report: BundleReport, say: Say,
                 progress_factory: Callable[[str], ContextManager[Tick]], old: OldManifest) -> list[dict[str, str]]:
     images = []
-    for ref in dict.fromkeys(s.image for s in plan.stages):
-        _ensure_image(engine, ref, say)
+    for ref in stage_images(plan):
+        ensure_image(engine, ref, say)
         rel = _image_file(ref)
         dest = out / rel
         image_id = engine.image_id(ref)

@@ -92,7 +92,7 @@ def lock_wheels(plan: BuildPlan, find_links: Sequence[str], say: Say, runner: Pi
     return tuple(wheels)
 
 
-def _ensure_image(engine: ContainerEngine, ref: str, say: Say) -> None:
+def ensure_image(engine: ContainerEngine, ref: str, say: Say) -> None:
     if engine.has_image(ref):
         return
     say(f"pulling {ref}")
@@ -110,7 +110,7 @@ def stage_images(plan: BuildPlan) -> tuple[str, ...]:
 def lock_images(engine: ContainerEngine, plan: BuildPlan, say: Say) -> tuple[LockedImage, ...]:
     images = []
     for ref in stage_images(plan):
-        _ensure_image(engine, ref, say)
+        ensure_image(engine, ref, say)
         digests = sorted(engine.repo_digests(ref))
         image = LockedImage(ref, engine.image_id(ref), digests[0] if digests else None)
         say(f"lock: {ref} is {image.id}" + (f" ({image.digest})" if image.digest else " (made locally: no registry digest)"))
@@ -219,7 +219,7 @@ def check_engine_images(engine: ContainerEngine, plan: BuildPlan, lock: Lock, sa
     refs = stage_images(plan)
     ids: dict[str, Optional[str]] = {}
     for ref in refs:
-        _ensure_image(engine, ref, say)
+        ensure_image(engine, ref, say)
         ids[ref] = engine.image_id(ref)
     problems = image_problems(lock, refs, ids, "this engine")
     if problems:

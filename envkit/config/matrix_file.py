@@ -14,7 +14,6 @@ import math
 import os
 import re
 import reprlib
-import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from envkit import data
 from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
-from envkit.errors import InputError, MatrixError, MatrixProblem
+from envkit.config.userfile import read_bytes
+from envkit.errors import MatrixError, MatrixProblem
 from envkit.model.matrix import (
     CC,
     VENDOR_PLATFORM,
@@ -750,7 +750,6 @@ _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
 
 MAX_DEPTH = 16
 """Arrays and tables nest at most this deep (matrix.toml's deepest value is 6 levels down)."""
-MAX_BYTES = 64 * 2**20
 MAX_DIGITS = 4300  # Python's limit on converting a decimal string to int, which tomllib meets first
 
 
@@ -909,24 +908,9 @@ def default_path() -> Path:
 
 
 def _read(p: Path) -> bytes:
-    """The file's bytes, at most MAX_BYTES; a file that cannot be read is bad input (exit 2), not a bad matrix."""
-    fix = "give an existing matrix.toml, or leave --matrix out for the built-in one"
-    too_big = InputError(f"matrix file {p} is larger than {MAX_BYTES // 2**20} MiB: not a matrix.toml", fix)
-    try:
-        with open(p, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                raise InputError(f"matrix file {p} is a device, not a file", fix)
-            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_BYTES:
-                raise too_big
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read matrix file {p}: {exc.strerror or exc}", fix) from None
-    except ValueError:  # a NUL in the path: no file has that name
-        raise InputError(f"cannot read matrix file {str(p)!r}: a path cannot hold a NUL character", fix) from None
-    if len(data) > MAX_BYTES:
-        raise too_big
-    return data
+    """The file's bytes, read as every user file is (userfile.read_bytes: bounded, no devices); a file that cannot be
+    read is bad input (exit 2), not a bad matrix."""
+    return read_bytes(str(p), "matrix file", "give an existing matrix.toml, or leave --matrix out for the built-in one")
 
 
 def _cache_file(data: bytes) -> Optional[Path]:

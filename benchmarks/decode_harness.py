@@ -5,9 +5,13 @@
 First the self-test runs as `envkit selftest --shape S --engine E ... --json` would on this host (envkit's app layer:
 the HBM peak from --peak-gbs, /opt/envkit/solution.json, or the matrix row of the GPU's name; the script alone when
 envkit's dependencies are missing). Then this harness builds the same model (same shape, seed, dtype), the same
-prompt (same seed, same length) and times plain HF `generate()` by difference: tokens/s = N / (T(generate K+N) -
-T(generate K)), K warm-up tokens, the median of several runs with min and max. It prints both figures and their
-ratio, and the bandwidth check's rates. The self-test's own TPOT is (T(generate N) - T(generate 1)) / (N - 1).
+prompt (same seed, same length) and times the same tokens another way: inside ONE plain HF `generate(N)` call, a
+streamer takes a timestamp (after a CUDA synchronize) as each new token comes out; tokens/s = (N - 1) / (t_N - t_1),
+the decode of tokens 2..N after the first token. The self-test times the same quantity by difference of two calls,
+(T(generate N) - T(generate 1)) / (N - 1). The two are compared in paired rounds on the one model: each round runs the
+self-test's own decode_hf (one run) and then the harness, back to back, and the agreement is the median of the
+rounds' ratios (a shared GPU host drifts over minutes; a pair does not). It prints the self-test's document figures,
+the paired ratios and the bandwidth check's rates; it exits 1 unless every engine's median ratio is within 3 %.
 """
 from __future__ import annotations
 
@@ -48,8 +52,24 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
-def harness(torch, shape: str, engines: tuple, input_len: int, new_tokens: int, warm_tokens: int, runs: int) -> dict:
-    """Difference timing of plain generate() on the self-test's model and prompt: {engine: {median, min, max, ...}}."""
+class TokenClock:
+    """A generate() streamer: the time each put() (the prompt, then each new token) arrives, after the GPU is done."""
+
+    def __init__(self, torch, device: str) -> None:
+        self.torch, self.device, self.times = torch, device, []
+
+    def put(self, value) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def harness(torch, shape: str, engines: tuple, input_len: int, new_tokens: int, rounds: int) -> dict:
+    """Paired rounds on the self-test's model and prompt: the self-test's decode_hf (one run), then per-token timestamps
+    inside one generate(); {engine: {selftest, harness, ratio: spreads over the rounds, ...}}."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, _, _ = script.load_target(torch, shape, device, dtype)  # same config, seed 0, dtype as the self-test
@@ -58,28 +78,28 @@ def harness(torch, shape: str, engines: tuple, input_len: int, new_tokens: int, 
     kw = dict(do_sample=False, pad_token_id=0)
     out = {}
 
-    def timed(model, n: int, engine: str) -> float:
+    def clocked(engine: str) -> list:
         extra = {"cache_implementation": "static"} if engine == "hf-static" else {}
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        clock = TokenClock(torch, device)
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw, **extra)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+            model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, streamer=clock, **kw, **extra)
+        return clock.times[1:]  # times[0]: the prompt, put before the prefill
 
     for engine in engines:
-        say(f"harness {shape} {engine}: T(generate {warm_tokens + new_tokens}) - T(generate {warm_tokens}), {runs} runs")
-        timed(model, warm_tokens + new_tokens, engine)  # warm-up
-        rates = []
-        for _ in range(runs):
-            short = timed(model, warm_tokens, engine)
-            long = timed(model, warm_tokens + new_tokens, engine)
-            rates.append(new_tokens / max(long - short, 1e-9))
-        out[engine] = {**script.spread(rates), "runs": runs, "prompt_len": input_len, "tokens_timed": new_tokens,
-                       "warm_tokens": warm_tokens}
-    del model
+        say(f"harness {shape} {engine}: {rounds} paired rounds of the self-test's decode (1 run) and one timestamped generate({new_tokens})")
+        clocked(engine)  # warm-up (hf-static compiles here)
+        mine, theirs = [], []
+        for _ in range(rounds):
+            theirs.append(script.decode_hf(torch, model, None, ids, engine, new_tokens, device, runs=1)["tokens_per_s"])
+            t = clocked(engine)
+            assert len(t) == new_tokens, f"the streamer saw {len(t)} tokens, not {new_tokens}"
+            mine.append((new_tokens - 1) / max(t[-1] - t[0], 1e-9))
+        ratios = [a / b for a, b in zip(theirs, mine)]
+        out[engine] = {"selftest": script.spread(theirs), "harness": script.spread(mine),
+                       "ratio": script.spread(ratios, 4),
+                       "rounds": rounds, "prompt_len": input_len, "new_tokens": new_tokens, "tokens_timed": new_tokens - 1,
+                       "method": "paired rounds: decode_hf (difference of two generate calls) vs one generate() with timestamps of tokens 1 and N"}
+    model = None  # the 13 GB of weights go before the caller goes on
     if device == "cuda":
         torch.cuda.empty_cache()
     return out
@@ -91,8 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--engine", action="append", default=[], choices=("hf", "hf-static"))
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--warm-tokens", type=int, default=16, help="K: tokens of the shorter generate subtracted")
-    p.add_argument("--runs", type=int, default=script.DECODE_RUNS)
+    p.add_argument("--rounds", type=int, default=5, help="paired rounds per engine")
     p.add_argument("--peak-gbs", type=float, default=0.0)
     p.add_argument("--out", default="", help="write both documents and the ratios here as JSON")
     a = p.parse_args(argv)
@@ -101,7 +120,7 @@ def main(argv=None) -> int:
 
     with script.stdout_to_stderr():
         doc, how = selftest_doc(a.shape, engines, a.input_len, a.output_len, a.peak_gbs)
-        mine = harness(torch, a.shape, engines, a.input_len, a.output_len, a.warm_tokens, a.runs)
+        mine = harness(torch, a.shape, engines, a.input_len, a.output_len, a.rounds)
     bw = next((c for c in doc["checks"] if c["name"].startswith("memory bandwidth")), None)
     lines = [f"self-test via {how}; torch {doc.get('torch')}, "
              f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'}"]
@@ -109,15 +128,15 @@ def main(argv=None) -> int:
         lines.append(f"bandwidth check: {'ok' if bw['ok'] else 'FAIL'}: {bw['detail']}")
     ratios = {}
     for row in doc["models"]:
-        h = mine.get(row["engine"])
-        if not h:
-            continue
-        ratios[row["engine"]] = r = row["tokens_per_s"] / h["median"]
-        lines.append(f"{a.shape} {row['engine']}: self-test {row['tokens_per_s']} tok/s (median of {row.get('runs', 1)}, "
+        lines.append(f"{a.shape} {row['engine']}: self-test document {row['tokens_per_s']} tok/s (median of {row.get('runs', 1)}, "
                      f"{row.get('tokens_per_s_min', '-')}-{row.get('tokens_per_s_max', '-')}), prompt {row['prompt_len']}, "
-                     f"{row['new_tokens']} new; harness {h['median']} ({h['min']}-{h['max']}), prompt {h['prompt_len']}, "
-                     f"{h['tokens_timed']} timed after {h['warm_tokens']}; ratio self-test/harness {r:.3f}; "
-                     f"roofline {row['roofline_tokens_per_s']} tok/s ({row['pct_of_roofline']} %)")
+                     f"{row['new_tokens']} new; roofline {row['roofline_tokens_per_s']} tok/s ({row['pct_of_roofline']} %)")
+    for engine, h in mine.items():
+        ratios[engine] = r = h["ratio"]["median"]
+        lines.append(f"{a.shape} {engine}, {h['rounds']} paired rounds: self-test {h['selftest']['median']} "
+                     f"({h['selftest']['min']}-{h['selftest']['max']}), harness {h['harness']['median']} "
+                     f"({h['harness']['min']}-{h['harness']['max']}) tok/s; ratio self-test/harness median {r:.3f} "
+                     f"({h['ratio']['min']:.3f}-{h['ratio']['max']:.3f})")
     for c in doc["checks"]:
         if not c["ok"]:
             lines.append(f"FAIL {c['name']}: {c['detail']}")

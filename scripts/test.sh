@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs everything the tests need (envkit with its test and plot extras into .venv, a real
-# Docker Engine, a locally made Debian 12 base image), type-checks the package, then runs them.
+# Docker Engine, locally made Debian 12 and Ubuntu 24.04 base images), type-checks the package, then runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,6 +8,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,plot]'
 ./scripts/start-docker.sh
 ./scripts/make-base-image.sh
+./scripts/make-base-image.sh docker.io/library/ubuntu:24.04   # the CUDA 13.0 image's OS (tests/integration/test_cuda_image.py)
 ./scripts/start-podman.sh
 ./scripts/start-vllm-env.sh
 .venv/bin/envkit matrix check

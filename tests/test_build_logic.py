@@ -138,3 +138,46 @@ def test_an_empty_manifest_beside_an_offline_plan_is_not_a_bundle(tmp_path):
     problems = verify(tmp_path)
     assert "missing: wheelhouse/ (the plan needs it; the manifest lists nothing under it)" in problems
     assert "missing: images/ (the manifest lists no base image)" in problems
+
+
+# ---------------------------------------------------------------- issue 15: --export-wheels
+
+def _plan_doc(compiles: bool):
+    import types
+
+    return types.SimpleNamespace(compiles_kernels=compiles)
+
+
+def test_export_wheels_takes_a_new_or_empty_directory(tmp_path):
+    from envkit.app.build import check_export_dir
+
+    assert check_export_dir(None, _plan_doc(True)) is None
+    assert check_export_dir(str(tmp_path / "new"), _plan_doc(True)) == tmp_path / "new"
+    (tmp_path / "empty").mkdir()
+    assert check_export_dir(str(tmp_path / "empty"), _plan_doc(True)) == tmp_path / "empty"
+
+
+@pytest.mark.parametrize("what, says", [("full", "the directory is not empty"), ("file", "not a directory")])
+def test_export_wheels_never_overwrites_files(tmp_path, what, says):
+    from envkit.app.build import check_export_dir
+    from envkit.errors import InputError
+
+    target = tmp_path / "out"
+    if what == "full":
+        target.mkdir()
+        (target / "keep.whl").write_bytes(b"mine")
+    else:
+        target.write_text("mine")
+    with pytest.raises(InputError) as exc:
+        check_export_dir(str(target), _plan_doc(True))
+    assert says in str(exc.value) and "new or empty directory" in exc.value.fix
+    assert (target / "keep.whl").read_bytes() == b"mine" if what == "full" else target.read_text() == "mine"
+
+
+def test_export_wheels_of_a_plan_that_compiles_nothing_is_refused(tmp_path):
+    from envkit.app.build import check_export_dir
+    from envkit.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        check_export_dir(str(tmp_path / "out"), _plan_doc(False))
+    assert "compiles nothing" in str(exc.value) and not (tmp_path / "out").exists()

@@ -30,6 +30,7 @@ POOLS: dict[str, list[str]] = {
     "flash_attn": sorted({str(f.version) for f in M.flash_attn})[-15:] + ["2", "2.7"],
     "vllm": sorted({str(v.version) for v in M.vllm})[-15:] + ["0.6", ">=0.8"],
     "kernels": ["layer_norm", "rotary", "layer_norm,rotary"],
+    "kernels_from": ["2.7.4.post1", "2.6.3", "2.8.3", "2.7"],
 }
 
 

@@ -41,6 +41,9 @@ CASES = {
     # issue 15: the devel stage's CUDA toolkit from NVIDIA's pinned wheels on ubuntu24.04's own image (--toolkit pip)
     "h200-cuda13-toolkit-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "flash_attn": "2.7.4.post1",
                                          "kernels": "rotary"}, None, True, {"toolkit": "pip"}),
+    # the CI image (tests/integration/test_cuda_image.py): csrc/rotary alone from the 2.7.4.post1 sdist, torch from PyPI
+    "h200-cuda13-rotary-only-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "kernels": "rotary",
+                                             "kernels_from": "2.7.4.post1"}, None, True, {"toolkit": "pip"}),
 }
 
 

@@ -488,3 +488,25 @@ def test_a_bundle_whose_plan_is_nested_100000_deep_is_checked_without_a_recursio
     bundle = make_bundle_dir(tmp_path, pinned_lock(tmp_path))
     (bundle / "envkit.plan.json").write_text("[" * 100_000)
     assert lock_app.check_bundle(bundle, None, None).pinned  # the images come from the manifest; the preflight names the plan
+
+
+# ---------------------------------------------------------------- issue 15: the lock records --toolkit pip
+
+def test_a_lock_made_with_toolkit_pip_replays_with_it_and_older_locks_read_as_image(tmp_path):
+    from envkit.model.plan import Options
+
+    flags = ResolveFlags(gpu="H200", cuda="13.0", torch="2.11.0", kernels="rotary", kernels_from="2.7.4.post1")
+    first = generate(flags, opts=Options(offline=True, toolkit="pip"), out=str(tmp_path / "a"))
+    doc = json.loads((tmp_path / "a" / "envkit.lock.json").read_text())
+    assert doc["generate"]["toolkit"] == "pip"
+    again = generate(ResolveFlags(), lock=str(tmp_path / "a" / "envkit.lock.json"), opts=Options(offline=True), out=str(tmp_path / "b"))
+    assert again.plan.toolkit == "pip" and again.plan.stages == first.plan.stages
+    assert (tmp_path / "b" / "Dockerfile").read_text().split("\n", 3)[3] == (tmp_path / "a" / "Dockerfile").read_text().split("\n", 3)[3]
+    overridden = generate(ResolveFlags(), lock=str(tmp_path / "a" / "envkit.lock.json"), opts=Options(offline=True, toolkit="image"))
+    assert overridden.plan.toolkit == "image"
+    image = generate(flags, opts=Options(offline=True), out=str(tmp_path / "c"))
+    assert "toolkit" not in json.loads((tmp_path / "c" / "envkit.lock.json").read_text())["generate"]  # old locks stay as they were
+    assert image.plan.toolkit == "image"
+    doc["generate"]["toolkit"] = "conda"
+    with pytest.raises(ValueError, match="generate.toolkit 'conda'"):
+        Lock.from_json(doc)

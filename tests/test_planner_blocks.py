@@ -355,3 +355,38 @@ def test_the_site_files_cuda_toolkit_refuses_another_value():
     with pytest.raises(InputError) as exc:
         parse_site('[cuda]\ntoolkit = "conda"\n', "site.toml")
     assert "[cuda] toolkit must be one of 'image', 'pip'" in str(exc.value) and 'toolkit = "pip"' in exc.value.fix
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_toolkit_pip_takes_pypis_own_torch_build_from_pypi(mode):
+    """Issue 15: torch 2.11.0's PyPI wheel for Linux x86_64 is its cu130 build (the matrix's pypi = true): with the
+    toolkit from PyPI, torch comes from PyPI too (torch==2.11.0, the default index or the wheelhouse), so a site that
+    mirrors PyPI alone needs no PyTorch index; the step says why."""
+    p = _toolkit_plan(mode)
+    step = _step(p, "build-torch")
+    assert _payload(step, PipStep).packages == ("torch==2.11.0",) and _payload(step, PipStep).extra_index_url is None
+    assert ("torch==2.11.0", None) in p.wheel_sources and "torch==2.11.0" in p.requirements
+    assert "from PyPI" in step.why and "cu130" in step.why
+    assert not any("download.pytorch.org" in r for s in p.stages for st in s.steps for r in st.reaches)
+
+
+def test_toolkit_pip_keeps_the_pytorch_index_for_a_build_pypi_does_not_carry():
+    """Issue 15: torch 2.10.0's PyPI build is cu128; its cu130 build lives on the PyTorch index only, so --toolkit pip
+    with CUDA 13.0 keeps that index and the +cu130 pin."""
+    p = _toolkit_plan("internet", flags=dict(gpu="H200", cuda="13.0", torch="2.10.0", kernels="rotary", kernels_from="2.7.4.post1"))
+    step = _payload(_step(p, "build-torch"), PipStep)
+    assert step.packages == ("torch==2.10.0+cu130",) and step.extra_index_url == "https://download.pytorch.org/whl/cu130"
+
+
+def test_kernels_from_compiles_the_kernels_without_flash_attn():
+    """Issue 15: --kernels rotary --kernels-from 2.7.4.post1: the sdist is carried and rotary compiled; no flash-attn
+    step, no flash_attn import in the check, and no git (only flash-attn's own setup.py calls it)."""
+    p = _toolkit_plan("offline", flags=dict(gpu="H200", cuda="13.0", torch="2.11.0", kernels="rotary", kernels_from="2.7.4.post1"))
+    ids = [s.id for s in _steps(p)]
+    assert "build-kernels" in ids and "build-flash-attn" not in ids
+    assert [c.path for c in p.carried if c.path.startswith("sources/flash_attn")] == ["sources/flash_attn-2.7.4.post1.tar.gz"]
+    assert _payload(_step(p, "build-kernels"), KernelsStep).targets == ("rotary",)
+    check = next(st.payload for s in p.stages for st in s.steps if isinstance(st.payload, ImportCheckStep))
+    assert "flash_attn" not in check.modules and "rotary_emb" in check.modules
+    build_apt = next(st.payload for st in p.stages[0].steps if isinstance(st.payload, AptStep))
+    assert "git" not in build_apt.packages

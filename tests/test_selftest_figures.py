@@ -15,23 +15,26 @@ from envkit.inimage import selftest as script
 from envkit.ui.report import print_selftest
 from schema_check import errors, validate
 
-# measured on the H200 in one run (docs/selftest-h200.md), GB/s
-H200_RATES = {"sum": 4134.0, "mv 488280x4096": 4251.0, "mv 244140x8192": 3258.0}
+# measured on the H200 in one run (docs/selftest-h200.md, 2026-12-01): the best of 9 reps, and their medians, GB/s
+H200_RATES = {"sum": 4152.0, "mv 488280x4096": 4385.0, "mv 244140x8192": 3265.0}
+H200_MEDIANS = {"sum": 4113.0, "mv 488280x4096": 4357.0, "mv 244140x8192": 3245.0}
 
 
-def test_bandwidth_reports_the_best_streaming_rate_and_passes_the_h200_at_85_percent_of_its_peak():
-    c = script.bandwidth_verdict(H200_RATES, 4800.0, "matrix row H200")
-    assert c["ok"] is True and c["gbs"] == 4251.0 and c["method"] == "mv 488280x4096"
-    assert c["pct_of_peak"] == pytest.approx(88.6, abs=0.1) and c["peak_source"] == "matrix row H200"
-    assert ">= 85% of it" in c["detail"] and "4800 GB/s published peak" in c["detail"]
+def test_bandwidth_reports_the_best_streaming_rate_and_passes_the_h200_by_its_published_peak():
+    c = script.bandwidth_verdict(H200_RATES, 4800.0, "matrix row H200", medians=H200_MEDIANS)
+    assert c["ok"] is True and c["gbs"] == 4385.0 and c["method"] == "mv 488280x4096"
+    assert c["pct_of_peak"] == pytest.approx(91.4, abs=0.1) and c["peak_source"] == "matrix row H200"
+    assert ">= 80% of it" in c["detail"] and "4800 GB/s published peak" in c["detail"]
+    assert "as STREAM reports its Best Rate" in c["detail"] and "medians sum 4113" in c["detail"]
+    assert c["rates_median_gbs"] == H200_MEDIANS
 
 
 @pytest.mark.parametrize("rates, ok", [
     ({"mv 244140x8192": 3258.0}, False),   # the old check's GEMV alone: 68 % of 4.8 TB/s, below the rule
-    ({"sum": 4080.0}, True),                # exactly 85 %
-    ({"sum": 4079.0, "mv": 1000.0}, False),
-], ids=["old-gemv-68pct", "at-85pct", "just-under"])
-def test_bandwidth_rule_is_85_percent_of_the_published_peak(rates, ok):
+    ({"sum": 3840.0}, True),                # exactly 80 %
+    ({"sum": 3839.0, "mv": 1000.0}, False),
+], ids=["old-gemv-68pct", "at-80pct", "just-under"])
+def test_bandwidth_rule_is_80_percent_of_the_published_peak(rates, ok):
     assert script.bandwidth_verdict(rates, 4800.0, "solution")["ok"] is ok
 
 
@@ -130,4 +133,4 @@ def test_table_shows_the_spread():
     con = Console(record=True, width=200)
     print_selftest(_doc(_row(runs=3, tokens_per_s_min=155.2, tokens_per_s_max=164.4)), None, con)
     out = con.export_text()
-    assert "155.2-164.4 (3)" in out and "160.9" in out and "89% of the 4800" in out
+    assert "155.2-164.4 (3)" in out and "160.9" in out and "91% of the 4800" in out

@@ -36,7 +36,8 @@ class ContainerEngine(Protocol):
     def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge") -> tuple[int, str]: ...
     def run_with_gpus(self, image: str, command: list[str], volumes: Optional[Volumes] = None) -> tuple[int, str, str, bool]: ...
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
-              dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> Iterator[dict[str, Any]]: ...
+              dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> Iterator[dict[str, Any]]: ...
+    def copy_out(self, image: str, path: str, dest: Path) -> list[str]: ...
     def tag(self, image_id: str, ref: str) -> None: ...
     def size(self, ref: str) -> int: ...
 
@@ -153,15 +154,43 @@ class Engine:
         return rc, out, err, gpus
 
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
-              dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> Iterator[dict]:
+              dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> Iterator[dict]:
         """The legacy /build endpoint (what the SDK speaks): a stream of JSON messages. With secrets, the same
-        stream from podman's or buildx's CLI (the endpoint cannot pass them)."""
+        stream from podman's or buildx's CLI (the endpoint cannot pass them). `target`: build up to that stage only."""
         if secrets:
             tool = secrets_builder(self.info(), available_tools())
             return build_with_secrets(tool, context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile,
-                                      secrets=secrets)
+                                      secrets=secrets, target=target)
         return self.client.api.build(path=str(context), dockerfile=dockerfile, network_mode=network, rm=True, forcerm=True,
-                                     decode=True, buildargs=buildargs, pull=False, nocache=nocache)
+                                     decode=True, buildargs=buildargs, pull=False, nocache=nocache, target=target)
+
+    def copy_out(self, image: str, path: str, dest: Path) -> list[str]:
+        """The regular files directly in `path` of `image`, copied into the directory `dest` (made if missing); their
+        names. Nothing is run: a container is created, read and removed."""
+        import io
+        import tarfile
+
+        c = self.client.containers.create(image, ["true"], network_disabled=True)
+        try:
+            try:
+                stream, _ = c.get_archive(path.rstrip("/") + "/.")
+            except Exception as exc:  # docker.errors.NotFound: the stage made no such folder
+                raise ExternalError(f"{image} has no {path}: {str(exc)[:200]}", "check that the build stage compiled wheels") from None
+            data = io.BytesIO(b"".join(stream))
+        finally:
+            c.remove(force=True)
+        names = []
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=data) as tar:
+            for member in tar.getmembers():
+                name = member.name.removeprefix("./")
+                if not member.isfile() or "/" in name or name in ("", ".", ".."):
+                    continue  # only the folder's own files; no links, no subfolders, no paths out of dest
+                f = tar.extractfile(member)
+                assert f is not None
+                (dest / name).write_bytes(f.read())
+                names.append(name)
+        return sorted(names)
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
@@ -209,7 +238,7 @@ def secrets_builder(info: Mapping[str, Any], tools: Collection[str]) -> str:
 
 
 def secrets_build_command(tool: str, context: Path, *, network: str, buildargs: Mapping[str, str], nocache: bool, dockerfile: str,
-                          secrets: SecretFiles, iidfile: Path, docker_host: str) -> list[str]:
+                          secrets: SecretFiles, iidfile: Path, docker_host: str, target: Optional[str] = None) -> list[str]:
     """The CLI build with secrets, its output plain lines; each secret as id and path, never its content."""
     if tool == "podman":
         cmd = ["podman", "--remote", "--url", docker_host, "build", "--format", "docker"]  # as its compatible API builds: SHELL kept
@@ -220,18 +249,20 @@ def secrets_build_command(tool: str, context: Path, *, network: str, buildargs: 
         cmd += ["--network", network] + (["--allow", "network.host"] if tool == "buildx" and network == "host" else [])
     cmd += [f"--build-arg={key}={value}" for key, value in sorted(buildargs.items())]
     cmd += ["--no-cache"] if nocache else []
+    cmd += ["--target", target] if target else []
     for ident, path in secrets:
         cmd += ["--secret", f"id={ident},src={path}"]
     return cmd + [str(context)]
 
 
 def build_with_secrets(tool: str, context: Path, *, network: str, buildargs: Mapping[str, str], nocache: bool, dockerfile: str,
-                       secrets: SecretFiles) -> Iterator[dict[str, Any]]:
+                       secrets: SecretFiles, target: Optional[str] = None) -> Iterator[dict[str, Any]]:
     """Run the CLI build; its output as the SDK's stream of messages ({"stream"}, then {"aux": {"ID"}} or {"error"})."""
     with tempfile.TemporaryDirectory(prefix="envkit-build-") as tmp:
         iidfile = Path(tmp) / "iid"
         cmd = secrets_build_command(tool, context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile,
-                                    secrets=secrets, iidfile=iidfile, docker_host=os.environ.get("DOCKER_HOST", DEFAULT_HOST))
+                                    secrets=secrets, iidfile=iidfile, docker_host=os.environ.get("DOCKER_HOST", DEFAULT_HOST),
+                                    target=target)
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                                     errors="replace", bufsize=1)

@@ -8,7 +8,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from envkit.adapters.engine import ContainerEngine, SecretFiles, available_tools, secrets_builder
 from envkit.config.site_file import known_secret, secret_arg
@@ -30,12 +30,14 @@ class BuildResult:
 
 
 def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
-                 nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = ()) -> BuildResult:
+                 nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None
     error = None
-    extra = {"secrets": secrets} if secrets else {}  # an engine without secrets to pass is asked as it always was
+    extra: dict[str, Any] = {"secrets": secrets} if secrets else {}  # an engine without secrets to pass is asked as it always was
+    if target is not None:
+        extra["target"] = target
     for msg in engine.build(context, network=network, buildargs=buildargs, nocache=nocache, dockerfile=dockerfile, **extra):
         if "stream" in msg:
             for line in msg["stream"].splitlines():

@@ -3,13 +3,16 @@ SDK with the network off (offline) or on the site's mirrors, a streamed log with
 summary, and a diagnosis of known failures. Nothing is tagged unless the whole build succeeded."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from envkit.adapters.bundle_dir import MANIFEST, verify
-from envkit.adapters.engine import Engine
+from envkit.adapters.engine import Engine, SecretFiles
+from envkit.adapters.fetch import sha256_file
 from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
@@ -21,7 +24,7 @@ from envkit.config.userfile import read_json
 from envkit.core.preflight import GB, Facts, judge
 from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import BuildPlan, Options, PlanDocument, ToolkitSource
+from envkit.model.plan import COMPILED_WHEELS, BuildPlan, Options, PlanDocument, ToolkitSource
 from envkit.model.project import Project, Target
 from envkit.model.solution import SolutionRecord, Unsolved
 
@@ -46,6 +49,17 @@ class BuildRequest:
     secrets: tuple[str, ...] = ()  # `--secret ID=FILE` as given: the files the Dockerfile's secret mounts read
     locked: bool = False  # refuse unless the bundle (or the engine's base images) still match the pinned lock
     toolkit: Optional[ToolkitSource] = None  # --toolkit (mirror mode); None: the site file's [cuda] toolkit, else image
+    export_wheels: Optional[str] = None  # a new or empty directory for the wheels the build stage compiled
+
+
+@dataclass(frozen=True)
+class ExportedWheel:
+    file: str
+    sha256: str
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes}
 
 
 @dataclass(frozen=True)
@@ -58,11 +72,15 @@ class Built:
     offline: bool
     steps: int
     stages: tuple[tuple[str, float], ...] = field(default=())
+    exported: Optional[tuple[str, tuple[ExportedWheel, ...]]] = None  # (directory, wheels) with --export-wheels
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": 1, "ok": True, "image": self.image, "id": self.image_id, "size": self.size,
-                "seconds": round(self.seconds, 1), "network": self.network,
-                "stages": [{"name": n, "seconds": round(s, 1)} for n, s in self.stages]}
+        doc = {"schema": 1, "ok": True, "image": self.image, "id": self.image_id, "size": self.size,
+               "seconds": round(self.seconds, 1), "network": self.network,
+               "stages": [{"name": n, "seconds": round(s, 1)} for n, s in self.stages]}
+        if self.exported is not None:
+            doc["exported_wheels"] = {"dir": self.exported[0], "wheels": [w.to_json() for w in self.exported[1]]}
+        return doc
 
 
 @dataclass(frozen=True)
@@ -168,7 +186,7 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
             return g
         context = Path(req.out)
     return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
-                         dry_run=req.dry_run, reporter=reporter, secrets=req.secrets)
+                         dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels)
 
 
 def load_project(project: Optional[str], target: Optional[str], all_targets: bool, req: BuildRequest) -> Project:
@@ -179,6 +197,9 @@ def load_project(project: Optional[str], target: Optional[str], all_targets: boo
     if req.flags.any() or req.lock or req.mirror or req.offline or req.bundle_dir:
         raise InputError("--project targets carry their own flags; resolve flags, --lock, --mirror, --offline and --bundle do not apply",
                          "put them in the target in the project file")
+    if all_targets and req.export_wheels:
+        raise InputError("--all does not take --export-wheels (one directory for many targets' wheels)",
+                         "export each target's wheels on its own: --target NAME --export-wheels DIR")
     if all_targets and req.secrets:
         raise InputError("--all does not pass --secret to its targets",
                          "build each target whose site asks for a login on its own: --target NAME --secret ID=FILE")
@@ -198,11 +219,11 @@ def run(req: BuildRequest, reporter: Reporter = Silent(), project: Optional[str]
 def build_project_target(project: Optional[str], target: Optional[str], req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     t = load_project(project, target, False, req).target(target or "")
     return build_target(t, network=req.network, no_cache=req.no_cache, dry_run=req.dry_run, matrix_path=req.matrix_path,
-                        reporter=reporter, secrets=req.secrets)
+                        reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels)
 
 
 def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
-                 reporter: Reporter = Silent(), secrets: tuple[str, ...] = ()) -> Outcome:
+                 reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None) -> Outcome:
     """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
     if t.offline:
@@ -216,14 +237,56 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
             return g
         context = Path(f"envkit-build/{t.name}")
     return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
-                         reporter=reporter, secrets=secrets)
+                         reporter=reporter, secrets=secrets, export_wheels=export_wheels)
+
+
+def check_export_dir(export_wheels: Optional[str], plan: Optional[PlanDocument]) -> Optional[Path]:
+    """--export-wheels: a new or empty directory, and a plan that compiles something; refused before any build step."""
+    if export_wheels is None:
+        return None
+    dest = Path(export_wheels)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InputError(f"--export-wheels {export_wheels}: {'not a directory' if not dest.is_dir() else 'the directory is not empty'}",
+                         "pass a new or empty directory: exported wheels never overwrite files")
+    if plan is not None and not plan.compiles_kernels:
+        raise InputError("--export-wheels: this plan compiles nothing (its wheels are all carried or downloaded as they are)",
+                         "drop --export-wheels, or build a stack that compiles flash-attn or --kernels")
+    return dest
+
+
+def export_compiled_wheels(engine: Engine, context: Path, dest: Path, *, network: str, buildargs: dict[str, str],
+                           secrets: SecretFiles, reporter: Reporter) -> tuple[ExportedWheel, ...]:
+    """The build stage again (every step from the layer cache the image's build just left), then its compiled wheels copied
+    out: written beside `dest` first and renamed into place whole, with a SHA256SUMS file."""
+    reporter.say(f"export: the build stage's {COMPILED_WHEELS} (the layer cache answers every step)")
+    stage = stream_build(engine, context, network, buildargs, reporter.build_line, secrets=secrets, target="build")
+    if not stage.image_id:
+        raise ExternalError("the engine finished the build stage without naming its image", "run the build again")
+    staging = dest.parent / f".{dest.name}.part-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        names = engine.copy_out(stage.image_id, COMPILED_WHEELS, staging)
+        wheels = tuple(ExportedWheel(n, sha256_file(staging / n), (staging / n).stat().st_size) for n in names if n.endswith(".whl"))
+        for n in names:
+            if not n.endswith(".whl"):
+                (staging / n).unlink()
+        (staging / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.file}\n" for w in wheels))
+        if dest.is_dir():
+            dest.rmdir()  # empty (checked before the build)
+        staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for w in wheels:
+        reporter.say(f"export: {dest / w.file} sha256 {w.sha256}")
+    return wheels
 
 
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
-                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = ()) -> Union[Built, DryRun]:
+                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
     reporter.phase("build")
     facts, engine, plan = collect(context, offline=offline)
+    dest = check_export_dir(export_wheels, plan)
     checks = judge(facts)
     reporter.preflight(checks)
     failed = [c for c in checks if not c.ok]
@@ -244,5 +307,9 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     if not result.image_id:
         raise ExternalError("the engine finished the build without naming the image it made", "run the build again with --no-cache")
     engine.tag(result.image_id, ref)
+    exported = None
+    if dest is not None:
+        exported = (str(dest), export_compiled_wheels(engine, context, dest, network=network_used, buildargs=buildargs,
+                                                      secrets=secret_files, reporter=reporter))
     return Built(image=ref, image_id=result.image_id, size=engine.size(ref), seconds=result.seconds, network=network_used,
-                 offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages))
+                 offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages), exported=exported)

@@ -92,13 +92,15 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
             raise InputError(f"lock file {lock}: its query does not parse ({exc})", "regenerate it with envkit generate") from None
         result = resolve(m, query)
         check_lock(lock, locked, result)
+        if opts.toolkit is None and locked.toolkit == "pip":  # replayed as it was made, unless --toolkit says otherwise
+            opts = replace(opts, toolkit="pip")
     else:
         result, given = solve(m, flags, site)
     if result.solution is None:
         return Unsolved(result)
     p = plan(m, result.solution, site, opts)
     command = command_line(given, site, opts, lock)
-    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts, locked).to_json())
+    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts, locked, toolkit=p.toolkit).to_json())
     if out is not None:
         write_tree(out, files, force)
     return Generated(p, result, files, command, out)

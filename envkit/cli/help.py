@@ -15,6 +15,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit generate --gpu H100 --flash-attn 2 --kernels layer_norm,rotary --dry-run",
         "envkit generate --gpu A100 --mirror site.toml -o ctx    # intranet mirrors only",
         "envkit generate --lock envkit.lock.json --offline -o ctx",
+        "envkit generate --gpu H200 --cuda 13.0 --kernels rotary --kernels-from 2.7.4.post1 --toolkit pip --offline -o ctx",
     ),
     "lock": (
         "envkit lock --platform cpu --torch 2.13.0 -o envkit.lock.json   # every wheel by sha256, base images by digest",
@@ -29,6 +30,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit build --offline --bundle carry --dry-run         # the preflight and plan, nothing built",
         "envkit build --offline --bundle carry -t llm:cu124",
         "envkit build --offline --bundle carry --locked --lock envkit.lock.json   # refuse what no longer matches",
+        "envkit build --offline --bundle carry --export-wheels wheels   # the compiled wheels, with SHA256SUMS",
         "envkit build --project envkit.toml --all -j 2",
         "envkit build --mirror site.toml --secret netrc=~/.netrc   # an index that asks for a login (Podman or buildx)",
     ),

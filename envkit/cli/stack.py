@@ -125,13 +125,17 @@ def build(
                                      help="a file a mirror's login is in, mounted by the steps that need it and never written into "
                                           "the image: netrc=~/.netrc for \\[pip] netrc = true, apt-netrc=FILE for \\[apt] netrc = true "
                                           "(docker's id=ID,src=FILE works too; needs Podman or docker buildx; repeatable)"),
+    export_wheels: Optional[str] = typer.Option(None, "--export-wheels", metavar="DIR",
+                                                help="copy the wheels the build stage compiled (flash-attn, csrc kernels) into DIR, a new "
+                                                     "or empty directory, with their sha256 in DIR/SHA256SUMS"),
     as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
                                  network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                 secrets=tuple(secret), locked=locked, toolkit=toolkit.value if toolkit else None)
+                                 secrets=tuple(secret), locked=locked, toolkit=toolkit.value if toolkit else None,
+                                 export_wheels=export_wheels)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

@@ -47,9 +47,10 @@ def check_lock(path: str, lock: Lock, result: Result) -> None:
                          "make the lock again (envkit lock for a pinned lock, envkit generate otherwise), or pass the matrix it was made with (--matrix)")
 
 
-def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options, pinned: Optional[Lock] = None) -> Lock:
+def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options, pinned: Optional[Lock] = None,
+              toolkit: str = "image") -> Lock:
     """The lock a context carries; a replayed lock's pinned wheels and images travel with it."""
     assert result.solution is not None
     return Lock(envkit=__version__, matrix_sha256=matrix_sha256(m), query=flags, offline=opts.offline, site=site.path or None,
-                host_march=opts.host_march, solution=SolutionRecord.from_json(result.solution.to_json()),
+                host_march=opts.host_march, solution=SolutionRecord.from_json(result.solution.to_json()), toolkit=toolkit,
                 wheels=pinned.wheels if pinned else (), images=pinned.images if pinned else ())

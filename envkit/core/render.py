@@ -226,7 +226,8 @@ def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     plan = r.plan
     sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
     return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
-                      envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json))
+                      envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json),
+                      base_name=_label_value(plan.stages[-1].image))
 
 
 def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str, pinned: tuple[str, ...] = ()) -> str:

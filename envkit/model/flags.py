@@ -38,6 +38,7 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)", "2.6.3", metavar="VERSION|SPEC"),
     FlagSpec("vllm", "vLLM version or specifier", "0.6.3", metavar="VERSION|SPEC"),
     FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
+    FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
 )
 FLAG_ORDER: tuple[str, ...] = tuple(f.key for f in RESOLVE_FLAGS)
 FLAG: dict[str, str] = {f.key: f.option for f in RESOLVE_FLAGS}
@@ -59,6 +60,7 @@ class ResolveFlags:
     flash_attn: Optional[str] = None
     vllm: Optional[str] = None
     kernels: Optional[str] = None
+    kernels_from: Optional[str] = None
 
     @classmethod
     def from_mapping(cls, given: Mapping[str, Optional[str]]) -> "ResolveFlags":

@@ -89,6 +89,12 @@ class LockedImage:
         return cls(ref=ref, id=image_id, digest=_optional_text(doc, "digest", f"image {ref}"))
 
 
+def _toolkit(value: Any) -> str:
+    if value not in ("image", "pip"):
+        raise ValueError(f"generate.toolkit {value!r} is not \"image\" or \"pip\"")
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Lock:
     envkit: str
@@ -98,6 +104,7 @@ class Lock:
     site: Optional[str]
     host_march: str
     solution: SolutionRecord
+    toolkit: str = "image"  # the devel stage's CUDA toolkit source; written only when it is not the default "image"
     wheels: tuple[LockedWheel, ...] = ()
     images: tuple[LockedImage, ...] = ()
 
@@ -122,7 +129,8 @@ class Lock:
             "envkit": self.envkit,
             "matrix_sha256": self.matrix_sha256,
             "query": self.query.to_dict(),
-            "generate": {"offline": self.offline, "site": self.site, "host_march": self.host_march},
+            "generate": {"offline": self.offline, "site": self.site, "host_march": self.host_march,
+                         **({"toolkit": self.toolkit} if self.toolkit != "image" else {})},
             "solution": self.solution.to_json(),
         }
         if self.pinned:
@@ -156,4 +164,5 @@ class Lock:
                    query=ResolveFlags.from_mapping({str(k): str(v) for k, v in query.items()}),
                    offline=bool(generate.get("offline", False)), site=None if site is None else str(site),
                    host_march=str(generate.get("host_march", "")), solution=SolutionRecord.from_json(doc["solution"]),
+                   toolkit=_toolkit(generate.get("toolkit", "image")),
                    wheels=wheels, images=images)

@@ -19,6 +19,7 @@ from envkit.model.solution import Solution
 VENV = "/opt/venv"
 PYTHON_PREFIX = "/opt/python"
 WHEELHOUSE = "/opt/envkit/wheelhouse"
+COMPILED_WHEELS = "/opt/envkit/wheels"  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
 PYTHON_FTP = "https://www.python.org/ftp/python"
 PLAN_SCHEMA = 1
 
@@ -294,6 +295,7 @@ class BuildPlan:
     warnings: tuple[str, ...]
     python_source: PythonSource
     stack: str = field(default="")
+    toolkit: ToolkitSource = "image"  # where the devel stage's CUDA toolkit came from (--toolkit, or the site file)
 
     @property
     def compiles_kernels(self) -> bool:

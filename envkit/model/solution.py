@@ -26,6 +26,7 @@ class Query:
     flash_attn: Optional[SpecifierSet] = None
     vllm: Optional[SpecifierSet] = None
     kernels: tuple[str, ...] = ()
+    kernels_from: Optional[Version] = None  # the kernels' flash-attn sdist when flash-attn itself is not installed
     given: tuple[tuple[str, str], ...] = ()
 
     def flags(self) -> dict[str, str]:
@@ -116,6 +117,9 @@ class Solution:
             out["vllm"] = str(self.vllm.version)
             if self.vllm_wheel:
                 out["vllm_wheel"] = self.vllm_wheel
+        if self.kernels:
+            out["kernels"] = ",".join(k.name for k in self.kernels)
+            out["kernels_sdist"] = str(self.kernels[0].flash_attn_sdist)
         if self.min_driver is not None:
             out["min_driver"] = str(self.min_driver)
         return out

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from envkit.core.planner.context import NVCC_WHEEL_SINCE
 from envkit.model.flags import FLAG
 from envkit.model.matrix import Matrix, dtk_text
 from envkit.model.solution import Result
@@ -62,6 +63,12 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
             _row(t, "driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
         if d["images"]["devel"]:
             _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
+        wheels, cuda = result.solution.toolkit_wheels, result.solution.cuda
+        if wheels and cuda is not None:
+            usable = cuda.version >= NVCC_WHEEL_SINCE
+            _row(t, "toolkit wheels", "--toolkit pip" if usable else "(ptxas only)", " ".join(w.pin for w in wheels) + (
+                 "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)" if usable else
+                 f"\n(no nvcc in the wheels before CUDA {NVCC_WHEEL_SINCE}: the devel image builds)"))
         _row(t, "python", d["python"], "")
         tt = d["torch"]
         _row(t, "torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
@@ -218,6 +225,11 @@ def print_build(outcome: Union[Built, DryRun], console: Console) -> None:
     _row(t, "time", f"{built.seconds:.1f} s, {built.steps} steps")
     for name, secs in built.stages:
         _row(t, f"  stage {name}", f"{secs:.1f} s")
+    if built.exported is not None:
+        folder, wheels = built.exported
+        _row(t, "exported wheels", _e(folder) + " (SHA256SUMS)")
+        for w in wheels:
+            _row(t, f"  {_e(w.file)}", f"{w.bytes / 2**20:.1f} MiB  sha256 {w.sha256}")
     console.print(t)
 
 
@@ -288,6 +300,8 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
     t.add_column("component")
     t.add_column("in the image", overflow="fold")
     _row(t, "stack", labels.get("org.opencontainers.image.description", ""))
+    if labels.get("org.opencontainers.image.base.name"):
+        _row(t, "base image", labels["org.opencontainers.image.base.name"])
     _row(t, "platform", sol.get("platform", ""))
     if sol.get("gpu"):
         _row(t, "target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")

@@ -40,4 +40,5 @@ def plan(m: Matrix, sol: Solution, site: Site, opts: Options) -> BuildPlan:
         warnings=_joined(b.warnings(ctx) for b in blocks) + ctx.image_warnings,
         python_source=ctx.python_source,
         stack=stack_text(sol),
+        toolkit=ctx.toolkit,
     )

@@ -248,13 +248,17 @@ class BuildTools(Block):
 
 @dataclass(frozen=True)
 class Torch(Block):
-    """torch from its index, or a vendor's wheel carried in the context when no index serves it."""
+    """torch from its index, or a vendor's wheel carried in the context when no index serves it. With the toolkit
+    from NVIDIA's PyPI wheels, a build that is PyPI's own torch for Linux x86_64 (the matrix's `pypi = true`) comes
+    from PyPI too, so a site that mirrors PyPI alone needs no PyTorch index."""
 
     build: TorchBuild
 
-    @property
-    def spec(self) -> str:
-        return f"torch=={self.build.pin}"
+    def from_pypi(self, ctx: PlanContext) -> bool:
+        return ctx.toolkit == "pip" and self.build.pypi and self.build.index_url is not None
+
+    def spec(self, ctx: PlanContext) -> str:
+        return f"torch=={self.build.version if self.from_pypi(ctx) else self.build.pin}"
 
     @property
     def vendor_wheel(self) -> Optional[str]:
@@ -265,17 +269,19 @@ class Torch(Block):
         return self.build.wheel
 
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
-        t, wheel = self.build, self.vendor_wheel
+        t, wheel, spec = self.build, self.vendor_wheel, self.spec(ctx)
         title, why = f"torch {t.pin}", f"the {t.variant} build (cxx11abi={t.cxx11abi}) every compiled module must match"
         if wheel is not None:
             copy = () if ctx.offline else (Step("build-torch-wheel", "carried torch wheel", f"torch {t.pin} is on no public index",
                                                  CopyWheelStep(wheel)),)
             return copy + (Step("build-torch", title, why, PipStep((f"{WHEELHOUSE}/{wheel}",), find_links=ctx.find_links),
                                 ctx.index_network),)
-        if ctx.offline or t.index_url is None:  # offline: from the carried wheelhouse
-            return (Step("build-torch", title, why, PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),)
+        if self.from_pypi(ctx):
+            why += f"; {spec} from PyPI, whose torch {t.version} for Linux x86_64 is this {t.variant} build (--toolkit pip: no PyTorch index)"
+        if ctx.offline or t.index_url is None or self.from_pypi(ctx):  # offline: from the carried wheelhouse
+            return (Step("build-torch", title, why, PipStep((spec,), find_links=ctx.find_links), ctx.index_network),)
         url, network = ctx.network.url("build-torch", t.index_url)
-        return (Step("build-torch", title, why, PipStep((self.spec,), extra_index_url=url), network, (url,)),)
+        return (Step("build-torch", title, why, PipStep((spec,), extra_index_url=url), network, (url,)),)
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
         wheel = self.vendor_wheel
@@ -284,10 +290,12 @@ class Torch(Block):
         return (Carried(f"wheelhouse/{wheel}", f"torch {self.build.pin}", "the vendor's wheel site (see the matrix row's source)"),)
 
     def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
-        return (self.spec,)
+        return (self.spec(ctx),)
 
     def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
-        return ((self.spec, self.build.index_url),) if self.build.index_url else ()
+        if self.from_pypi(ctx):
+            return ((self.spec(ctx), None),)
+        return ((self.spec(ctx), self.build.index_url),) if self.build.index_url else ()
 
     def modules(self) -> tuple[str, ...]:
         return ("torch",)

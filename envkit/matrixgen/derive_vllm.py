@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import vllm_source
@@ -190,9 +192,11 @@ def _rocm_gpus(r: dict[str, Any], rocm_doc: dict[str, Any]) -> Optional[tuple[li
 
 
 def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dict[str, Any]] = None,
-               deps_doc: Optional[dict[str, Any]] = None, rocm_doc: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
+               deps_doc: Optional[dict[str, Any]] = None, rocm_doc: Optional[dict[str, Any]] = None,
+               cpu_doc: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
     deps_doc = deps_doc or {}
     rocm_doc = rocm_doc or {}
+    cpu_doc = cpu_doc or {}
     if not r.get("wheels") or r.get("yanked"):
         return None
     archs, ptx, archs_from = _archs(r)
@@ -233,16 +237,36 @@ def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dic
         row["missing_deps"] = missing
     if deps_doc.get("releases", {}).get(r["version"]):
         sources.append("pins: data/sources/vllm/deps.json")
+    cpu = _cpu(cpu_doc, r["version"])
+    if cpu is not None:
+        row["cpu"] = cpu
     row["source"] = "; ".join(sources)
     return {k: v for k, v in row.items() if v is not None}
 
 
+def _cpu(cpu_doc: dict[str, Any], version: str) -> Optional[dict[str, Any]]:
+    """The release's CPU package (data/sources/vllm/cpu.json): its torch pin and Python from the wheel's own METADATA on
+    Linux x86_64, and the dependencies measured to be unusable beside torch +cpu."""
+    rel = next((x for x in cpu_doc.get("releases", []) if x["version"] == version), None)
+    if rel is None:
+        return None
+    torch = [Requirement(line) for line in rel["requires_dist"] if Requirement(line).name == "torch" and applies(line, "3.11")]
+    if len(torch) != 1:
+        return None
+    return {"package": cpu_doc["package"], "torch": str(torch[0].specifier), "python": str(SpecifierSet(rel["requires_python"])),
+            "wheel": rel["wheel"], "remove": rel["remove"],
+            "source": f"{rel['citation']} (METADATA: Requires-Python {rel['requires_python']}; Requires-Dist "
+                      f"{', '.join(line.split(';')[0].strip() for line in rel['requires_dist'])}); remove: {rel['measured']} (measured)"}
+
+
 def derive(docs: dict[str, Any]) -> list[dict[str, Any]]:
-    extracts = [d for name, d in docs.items() if name not in ("variants.json", "deps.json", "rocm-gpus.json") and "version" in d]
+    extracts = [d for name, d in docs.items() if name not in ("variants.json", "deps.json", "rocm-gpus.json", "cpu.json") and "version" in d]
     rows = vllm_source.derive(extracts)
     by_version = {e["version"]: e for e in extracts}
     docs_variants = docs.get("variants.json", {})
     deps_doc = docs.get("deps.json", {})
     rocm_doc = docs.get("rocm-gpus.json", {})
-    out = [x for x in (derive_row(r, docs_variants, by_version.get(r["version"]), deps_doc, rocm_doc) for r in rows) if x is not None]
+    cpu_doc = docs.get("cpu.json", {})
+    out = [x for x in (derive_row(r, docs_variants, by_version.get(r["version"]), deps_doc, rocm_doc, cpu_doc) for r in rows)
+           if x is not None]
     return sorted(out, key=lambda x: Version(x["version"]), reverse=True)

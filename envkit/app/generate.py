@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Union
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
 
 from envkit.adapters.context_dir import load_templates, write_tree
+from envkit.app.serving import Prepared, carry
 from envkit.config import matrix_file
 from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
@@ -35,6 +37,10 @@ def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[
         parts.append(f"--host-march={opts.host_march}")
     if opts.toolkit is not None:
         parts.append(f"--toolkit={opts.toolkit}")
+    if opts.serve is not None:  # the model's directory is the user's own: named by a placeholder
+        s = opts.serve
+        parts += ["--serve=MODEL_DIR", f"--served-model-name={s.name}"] + (["--model-mount"] if s.mount else []) \
+            + ([f"--serve-port={s.port}"] if s.port != 8000 else []) + [f"--serve-arg={a}" for a in s.args]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -73,8 +79,12 @@ class Generated:
 
 def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
-             force: bool = False) -> Union[Generated, Unsolved]:
-    """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole."""
+             force: bool = False, serving: Optional[Prepared] = None,
+             say: Callable[[str], None] = lambda _: None) -> Union[Generated, Unsolved]:
+    """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole (and a serving image's
+    model into its model/)."""
+    if serving is not None:
+        opts = replace(opts, serve=serving.serve)
     m = matrix_file.load(matrix_path)
     site = load_site(mirror) if mirror else Site()
     locked: Optional[Lock] = None  # a replayed lock: its pinned wheels and images travel into the context's lock
@@ -103,4 +113,5 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
     files = render(p, load_templates(), command, make_lock(m, given, result, site, opts, locked, toolkit=p.toolkit).to_json())
     if out is not None:
         write_tree(out, files, force)
+        carry(serving, Path(out), say)
     return Generated(p, result, files, command, out)

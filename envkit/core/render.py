@@ -23,6 +23,7 @@ from envkit.model.plan import (
     WHEELHOUSE,
     AptStep,
     BuildPlan,
+    CopyModelStep,
     CopyVenvStep,
     CopyWheelStep,
     CudaHomeStep,
@@ -32,6 +33,7 @@ from envkit.model.plan import (
     LabelsStep,
     PipStep,
     PythonTarballStep,
+    ServeStep,
     SiteSettingsStep,
     Step,
     StepPayload,
@@ -227,7 +229,21 @@ def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
     return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
                       envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json),
-                      base_name=_label_value(plan.stages[-1].image))
+                      base_name=_label_value(plan.stages[-1].image),
+                      cmd="" if plan.options.serve is not None else 'CMD ["python"]')
+
+
+@_payload_text.register
+def _copy_model(payload: CopyModelStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("model", dest=payload.dest)
+
+
+@_payload_text.register
+def _serve(payload: ServeStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("serve", uid=str(payload.uid), home=payload.home, port=str(payload.port), health_url=payload.health_url,
+                      env=" ".join(f"{key}={value}" for key, value in payload.env),
+                      labels=" \\\n      ".join(f'{key}="{_label_value(value)}"' for key, value in payload.labels),
+                      argv=json.dumps(list(payload.argv)))
 
 
 def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str, pinned: tuple[str, ...] = ()) -> str:
@@ -246,7 +262,8 @@ def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256:
 
 
 def check_offline(text: str) -> None:
-    """No `# syntax=` line (BuildKit would pull the frontend) and no URL in any RUN: or refuse, naming the step."""
+    """No `# syntax=` line (BuildKit would pull the frontend) and no URL in any RUN: or refuse, naming the step. A
+    HEALTHCHECK that asks the container's own loopback runs in the container, never during the build."""
     if re.match(r"\s*#\s*syntax\s*=", text):
         raise InputError("offline Dockerfile starts with a `# syntax=` line, which makes BuildKit pull its frontend",
                          "remove the line; the engine's built-in frontend needs no network")
@@ -255,7 +272,9 @@ def check_offline(text: str) -> None:
         m = re.match(r"# \[([a-z0-9-]+)\]", instr)
         if m:
             step = m.group(1)
-        if not re.match(r"(#|LABEL\b)", instr) and re.search(r"[a-z][a-z0-9+.-]*://", instr):
+        runtime_loopback = instr.startswith("HEALTHCHECK") and all(
+            re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", u) for u in re.findall(r"[a-z][a-z0-9+.-]*://\S+", instr))
+        if not re.match(r"(#|LABEL\b)", instr) and not runtime_loopback and re.search(r"[a-z][a-z0-9+.-]*://", instr):
             url = re.search(r"[a-z][a-z0-9+.-]*://\S+", instr)
             raise InputError(f"step `{step}` reaches {url.group(0) if url else 'a URL'} in offline mode",
                              "carry the artifact in the build context (envkit bundle) instead")

@@ -19,7 +19,10 @@ from envkit.model.solution import Solution
 VENV = "/opt/venv"
 PYTHON_PREFIX = "/opt/python"
 WHEELHOUSE = "/opt/envkit/wheelhouse"
-COMPILED_WHEELS = "/opt/envkit/wheels"  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
+COMPILED_WHEELS = "/opt/envkit/wheels"
+MODEL_DIR = "/opt/envkit/model"  # where a serving image's weights are (baked in, or mounted by the site)
+SERVE_UID = 1000  # the serving image's non-root user
+SERVE_HOME = "/home/envkit"  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
 PYTHON_FTP = "https://www.python.org/ftp/python"
 PLAN_SCHEMA = 1
 
@@ -155,8 +158,30 @@ class LabelsStep:
     """OCI labels and the resolved solution; their text comes from the plan itself."""
 
 
+@dataclass(frozen=True)
+class CopyModelStep:
+    """The context's model/ directory into `dest`, as one layer of its own."""
+
+    dest: str
+
+
+@dataclass(frozen=True)
+class ServeStep:
+    """The serving set-up of the runtime stage: a non-root user with its home, the offline environment, the port,
+    a HEALTHCHECK on the server's health route, labels naming the model, and the server as the entrypoint."""
+
+    uid: int
+    home: str
+    env: tuple[tuple[str, str], ...]
+    port: int
+    health_url: str
+    labels: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]
+
+
 StepPayload = Union[SiteSettingsStep, AptStep, PythonTarballStep, VenvStep, PipStep, CopyWheelStep,
-                    KernelsStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep]
+                    KernelsStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep,
+                    CopyModelStep, ServeStep]
 
 
 @dataclass(frozen=True)
@@ -186,12 +211,26 @@ class Carried:
 
 
 @dataclass(frozen=True)
+class Serve:
+    """A serving image (--serve DIR): the engine's OpenAI server on the model, read once by an adapter."""
+
+    name: str  # the served model name clients ask for
+    sha256: str  # the model directory's tree digest (every file's path and sha256)
+    files: int
+    bytes: int
+    mount: bool = False  # the weights are not baked in: the site mounts them at MODEL_DIR
+    port: int = 8000
+    args: tuple[str, ...] = ()  # the engine's own arguments, after envkit's
+
+
+@dataclass(frozen=True)
 class Options:
     offline: bool = False
     host_march: str = DEFAULT_HOST_MARCH
     max_jobs: Optional[int] = None
     nvcc_threads: Optional[int] = None
     toolkit: Optional[ToolkitSource] = None  # --toolkit; None: the site file's [cuda] toolkit, else "image"
+    serve: Optional[Serve] = None  # a serving image: the model and the engine's server
 
 
 # ---------------------------------------------------------------- the envkit.plan.json document

@@ -16,15 +16,20 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
+from envkit.errors import InputError
 from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm, VllmCpu
 from envkit.model.plan import (
     CUDA_HOME,
+    MODEL_DIR,
     PYTHON_FTP,
     PYTHON_PREFIX,
+    SERVE_HOME,
+    SERVE_UID,
     VENV,
     WHEELHOUSE,
     AptStep,
     Carried,
+    CopyModelStep,
     CopyVenvStep,
     CopyWheelStep,
     CudaHomeStep,
@@ -34,12 +39,15 @@ from envkit.model.plan import (
     LabelsStep,
     PipStep,
     PythonTarballStep,
+    Serve,
+    ServeStep,
     SiteSettingsStep,
     StageName,
     Step,
     UninstallStep,
     VenvStep,
 )
+from envkit.model.serving import OFFLINE_ENV
 from envkit.model.solution import FlashAttnPlan, KernelPlan
 
 # Build tools pinned once, for every Python from 3.8 on (each ships a py3 or abi3 wheel).
@@ -584,8 +592,73 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
             *removed)
 
 
+@dataclass(frozen=True)
+class ModelWeights(Block):
+    """A serving image's weights, in one layer right after the base image: the layers a code or stack change rebuilds
+    all come after it, so the weights layer (and its digest) stays. Mounted instead, nothing is copied."""
+
+    serve: Serve
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        s = self.serve
+        if s.mount:
+            return ()
+        return (Step("runtime-model", f"model {s.name}: {s.files} files, {s.bytes / 1e9:.2f} GB (tree sha256 {s.sha256[:12]})",
+                     "its own layer, right after the base image: a change to the code or the stack rebuilds only the layers "
+                     "after it, so the weights are neither rebuilt nor pushed again", CopyModelStep(MODEL_DIR)),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        if self.serve.mount:
+            return ()
+        return (Carried("model/", f"model {self.serve.name} (tree sha256 {self.serve.sha256})", "the --serve directory"),)
+
+
+_ENVKIT_SERVER_ARGS = ("--model", "--served-model-name", "--host", "--port")
+
+
+@dataclass(frozen=True)
+class Serving(Block):
+    """vLLM's OpenAI server as the image's entrypoint, as a non-root user, with nothing that reaches a network."""
+
+    serve: Serve
+
+    def runtime_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        s = self.serve
+        argv = ("python", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR, "--served-model-name", s.name,
+                "--host", "0.0.0.0", "--port", str(s.port), *s.args)
+        env = tuple((e.name, e.value) for e in OFFLINE_ENV) + (("HOME", SERVE_HOME),)
+        labels = (("io.envkit.model.name", s.name), ("io.envkit.model.sha256", s.sha256),
+                  ("io.envkit.model.source", "mounted at " + MODEL_DIR if s.mount else "baked in at " + MODEL_DIR))
+        where = f"the site mounts the weights at {MODEL_DIR}" if s.mount else f"the weights at {MODEL_DIR}"
+        return (Step("runtime-serve", f"vLLM's OpenAI server for {s.name} on port {s.port}",
+                     f"user {SERVE_UID} (not root); {', '.join(e.name for e in OFFLINE_ENV)} (no hub, no usage reports: "
+                     f"envkit/data/serving.toml names the code that reads each); HEALTHCHECK on /health; {where}",
+                     ServeStep(SERVE_UID, SERVE_HOME, env, s.port, f"http://127.0.0.1:{s.port}/health", labels, argv)),)
+
+    def modules(self) -> tuple[str, ...]:
+        return ("vllm.entrypoints.openai.api_server",)
+
+
+def check_serve(ctx: PlanContext) -> None:
+    """A serving image needs vLLM in the stack, and leaves envkit's own server arguments to envkit."""
+    s = ctx.options.serve
+    if s is None:
+        return
+    if ctx.solution.vllm is None:
+        raise InputError("--serve starts vLLM's OpenAI server, and this stack has no vLLM",
+                         "add --vllm (on CPU: --platform cpu --vllm 0.32.0)")
+    taken = [a for a in s.args if a.split("=")[0] in _ENVKIT_SERVER_ARGS]
+    if taken:
+        raise InputError(f"--serve-arg {taken[0]}: envkit sets {', '.join(_ENVKIT_SERVER_ARGS)} itself",
+                         "use --served-model-name for the name; the model, host and port are the image's")
+
+
 def blocks_for(ctx: PlanContext) -> tuple[Block, ...]:
-    """Every block of the plan in order: site settings and apt first in each stage, the runtime copy last."""
+    """Every block of the plan in order: a serving image's weights first in the runtime stage, site settings and apt
+    first in each stage, the runtime copy, then the server."""
+    check_serve(ctx)
     parts = components(ctx)
-    return (SiteSettings(), AptPackages.gather("build", parts, ctx), *parts,
-            AptPackages.gather("runtime", parts, ctx), RuntimeCopy.gather(parts))
+    serve = ctx.options.serve
+    weights, server = ((ModelWeights(serve),), (Serving(serve),)) if serve is not None else ((), ())
+    return (*weights, SiteSettings(), AptPackages.gather("build", parts, ctx), *parts,
+            AptPackages.gather("runtime", parts, ctx), RuntimeCopy.gather(parts + server), *server)

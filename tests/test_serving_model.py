@@ -1,0 +1,60 @@
+"""Issue 18: a serving image's model directory read once (every file hashed, one tree digest a site can recompute
+with sha256sum) and carried into the build context readable by the server's non-root user."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from envkit.adapters.model_dir import LISTING, place_model, read_model
+from envkit.app.serving import ServeRequest, prepare
+from envkit.errors import InputError
+
+
+def _model(tmp_path):
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama"}')
+    (d / "model.safetensors").write_bytes(b"\0" * 1000)
+    (d / "model.safetensors").chmod(0o600)  # as save_pretrained leaves it
+    (d / "sub").mkdir()
+    (d / "sub" / "tokenizer.json").write_text("{}")
+    return d
+
+
+def test_the_tree_digest_is_the_sha256_of_its_sha256sums_listing(tmp_path):
+    tree = read_model(str(_model(tmp_path)), lambda _: None)
+    assert [rel for rel, _, _ in tree.files] == ["config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert tree.listing.splitlines()[1] == f"{hashlib.sha256(bytes(1000)).hexdigest()}  model.safetensors"
+    assert tree.sha256 == hashlib.sha256(tree.listing.encode()).hexdigest() and tree.bytes == 1000 + 23 + 2
+
+
+def test_placing_the_model_makes_every_file_readable_and_leaves_the_source_alone(tmp_path):
+    src = _model(tmp_path)
+    tree = read_model(str(src), lambda _: None)
+    dest = tmp_path / "ctx" / "model"
+    place_model(tree, dest, lambda _: None)
+    assert (dest / "model.safetensors").stat().st_mode & 0o777 == 0o644  # copied: the server runs as non-root
+    assert (src / "model.safetensors").stat().st_mode & 0o777 == 0o600  # the user's file keeps its mode
+    assert (dest / LISTING).read_text() == tree.listing
+    (dest / "stale.bin").write_bytes(b"old")
+    place_model(tree, dest, lambda _: None)
+    assert not (dest / "stale.bin").exists()
+
+
+@pytest.mark.parametrize("what, says", [("missing", "no such directory"), ("no-config", "no config.json")])
+def test_a_directory_that_is_not_a_model_is_refused_in_one_line(tmp_path, what, says):
+    path = tmp_path / "m"
+    if what == "no-config":
+        path.mkdir()
+        (path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(InputError) as exc:
+        prepare(ServeRequest(str(path)), lambda _: None)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_served_name_defaults_to_the_directory_and_must_be_sendable(tmp_path):
+    src = _model(tmp_path)
+    assert prepare(ServeRequest(str(src)), lambda _: None).serve.name == "tiny"
+    with pytest.raises(InputError, match="is not a name clients can send"):
+        prepare(ServeRequest(str(src), name="bad name"), lambda _: None)

@@ -14,6 +14,7 @@ $PY -m envkit.matrixgen.flash_attn_source extract --repo "$FA_REPO" --out data/s
 $PY -m envkit.matrixgen.torch_source extract
 $PY -m envkit.matrixgen.vllm_source extract
 $PY -m envkit.matrixgen.vllm_deps --out data/sources/vllm/deps.json
+$PY -m envkit.matrixgen.vllm_cpu --out data/sources/vllm/cpu.json
 .venv/bin/envkit matrix refresh
 .venv/bin/envkit matrix check
 git --no-pager diff --stat -- matrix.toml data/sources

@@ -196,6 +196,75 @@ class Engine:
         repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
         self.client.images.get(image_id).tag(repo, tag or "latest")
 
+    def push(self, ref: str, auth: Optional[Mapping[str, str]], progress: Callable[[str], None]) -> str:
+        """Push `ref` to its registry; the manifest digest the registry answered. `auth` goes to the engine in the request
+        header (X-Registry-Auth) and nowhere else: nothing is written to disk."""
+        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        digest, error = "", ""
+        for msg in self.client.images.push(repo, tag or "latest", auth_config=dict(auth) if auth else None, stream=True, decode=True):
+            if "error" in msg:
+                error = str(msg.get("error"))
+            elif isinstance(msg.get("aux"), dict) and msg["aux"].get("Digest"):
+                digest = str(msg["aux"]["Digest"])
+            elif msg.get("status") and msg.get("id") and msg.get("status") in ("Pushed", "Layer already exists", "Mounted from"):
+                progress(f"{msg['id']}: {msg['status']}")
+        if error or not digest:
+            raise ExternalError(f"push of {ref} failed: {(error or 'the registry named no digest')[:300]}",
+                                "check the registry's address and credentials (envkit push --username, password on stdin)")
+        return digest
+
+    # ------------------------------------------------------------ a server on a network with no route out
+
+    def image_attrs(self, ref: str) -> dict[str, Any]:
+        return dict(self.client.images.get(ref).attrs)
+
+    def start_internal(self, image: str, name: str, network: str, env: Mapping[str, str], volumes: Volumes, shm_size: str) -> bool:
+        """Create `network` (internal: no route out, no DNS beyond it) and start `image` on it as container `name`, with
+        every GPU where the engine has a GPU runtime; whether the GPUs were passed."""
+        import docker.types
+
+        self.client.networks.create(network, driver="bridge", internal=True, labels={"io.envkit.serve": name})
+        kw: dict[str, Any] = dict(name=name, network=network, environment=dict(env), volumes=volumes, detach=True,
+                                  labels={"io.envkit.serve": network}, shm_size=shm_size)
+        try:
+            self.client.containers.run(image, device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], **kw)
+            return True
+        except Exception:  # no GPU runtime on this engine: the same container without GPUs
+            try:
+                self.client.containers.get(name).remove(force=True)
+            except Exception:
+                pass
+        try:
+            self.client.containers.run(image, **kw)
+        except Exception as exc:
+            self.stop_internal(name, network)
+            raise ExternalError(f"the engine could not start {image}: {str(exc)[:300]}", "check the image and the --env values") from None
+        return False
+
+    def container_state(self, name: str) -> tuple[str, Optional[str], Optional[str]]:
+        """(state: running/exited/..., health: starting/healthy/unhealthy or None without a HEALTHCHECK, IP address)."""
+        c = self.client.containers.get(name)
+        c.reload()
+        state = c.attrs.get("State", {})
+        nets = c.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
+        ip = next((n.get("IPAddress") for n in nets.values() if n.get("IPAddress")), None)
+        return str(state.get("Status", "")), (state.get("Health") or {}).get("Status"), ip
+
+    def container_logs(self, name: str, tail: int = 30) -> str:
+        return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
+
+    def container_user(self, name: str) -> str:
+        """Who the container's main process runs as: `id -u` inside it."""
+        return self.client.containers.get(name).exec_run(["id", "-u"]).output.decode().strip()
+
+    def stop_internal(self, name: str, network: str) -> None:
+        """Remove the container and its network; what is already gone is no error."""
+        for remove in (lambda: self.client.containers.get(name).remove(force=True), lambda: self.client.networks.get(network).remove()):
+            try:
+                remove()
+            except Exception:
+                pass
+
     def size(self, ref: str) -> int:
         return int(self.client.images.get(ref).attrs.get("Size", 0))
 

@@ -48,3 +48,165 @@ def carry(prepared: Optional[Prepared], out: Path, say: Callable[[str], None]) -
     """The model into the context's model/ (unless the site mounts it)."""
     if prepared is not None and not prepared.serve.mount:
         place_model(prepared.tree, out / "model", say)
+
+
+# ---------------------------------------------------------------- envkit serve: the image's server on a network with no route out
+
+SERVE_PREFIX = "envkit-serve-"
+
+
+@dataclass(frozen=True)
+class Running:
+    """A serving image's server, started on an internal network (no route out) and healthy."""
+    image: str
+    container: str
+    network: str
+    url: str
+    model: str
+    model_sha256: str
+    user: str  # the uid the server runs as
+    gpus: bool
+    seconds: float  # from start to healthy
+    sweep: Optional[dict] = None
+    stopped: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.sweep is None or bool(self.sweep.get("ok"))
+
+    def to_json(self) -> dict:
+        return {"schema": 1, "ok": self.ok, "image": self.image, "container": self.container, "network": self.network,
+                "url": self.url, "engine": f"openai:{self.url}", "model": self.model, "model_sha256": self.model_sha256,
+                "user": self.user, "gpus": self.gpus, "healthy_after_s": round(self.seconds, 1), "stopped": self.stopped,
+                "sweep": self.sweep}
+
+
+def _env(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        key, eq, value = p.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise InputError(f"--env {p!r} is not NAME=VALUE", "write e.g. --env VLLM_CPU_KVCACHE_SPACE=1")
+        out[key] = value
+    return out
+
+
+def first_cause(log: list[str]) -> str:
+    """The line of a failed server's log that names why: the first exception that is not a re-raise's summary (vLLM's
+    'See root cause above'), else a failed import warning, else the last line."""
+    errors = [x for x in log if re.search(r"\b\w*(Error|Exception)\b: ", x) and "WARNING" not in x]
+    root = [x for x in errors if "root cause" not in x]
+    imports = [x for x in log if "Failed to import" in x]
+    return (root or imports or errors or log or ["(no output)"])[0]
+
+
+def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, timeout: float = 900.0,
+          say: Callable[[str], None] = lambda _: None, engine=None, shm_size: str = "2g") -> Running:
+    """Start a serving image on a new internal network, wait until its HEALTHCHECK says healthy; the URL to reach it."""
+    import secrets
+    import time
+
+    from envkit.adapters.engine import Engine
+    from envkit.errors import ExternalError
+    from envkit.model.plan import MODEL_DIR
+
+    variables = _env(env)
+    engine = engine or Engine.connect()
+    engine.require_image(image)
+    labels = engine.labels(image)
+    name = labels.get("io.envkit.model.name")
+    if not name:
+        raise InputError(f"{image} is not a serving image (no io.envkit.model.name label)",
+                         "build one with --serve MODEL_DIR (envkit bundle/generate), then serve it")
+    mounted = labels.get("io.envkit.model.source", "").startswith("mounted")
+    if mounted and not model_dir:
+        raise InputError(f"{image} mounts its model at {MODEL_DIR}: --model-dir is missing", "pass --model-dir DIR (the model's directory)")
+    if model_dir and not Path(model_dir, "config.json").is_file():
+        raise InputError(f"--model-dir {model_dir}: no config.json", "pass the model's directory")
+    volumes = {str(Path(model_dir).resolve()): {"bind": MODEL_DIR, "mode": "ro"}} if model_dir else {}
+    ports = [p.split("/")[0] for p in (engine.image_attrs(image).get("Config", {}).get("ExposedPorts") or {})]
+    port = ports[0] if ports else "8000"
+    suffix = secrets.token_hex(4)
+    container = network = SERVE_PREFIX + suffix
+    t0 = time.monotonic()
+    if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
+        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
+    gpus = engine.start_internal(image, container, network, variables, volumes, shm_size)
+    say(f"serve: {image} as {container} on internal network {network} (no route out){', GPUs passed' if gpus else ''}")
+    try:
+        while True:
+            state, health, ip = engine.container_state(container)
+            waited = time.monotonic() - t0
+            if state not in ("created", "running"):
+                log = engine.container_logs(container, tail=400).strip().splitlines()
+                for line in log[-20:]:
+                    say(f"server: {line}")
+                cause = first_cause(log)
+                raise ExternalError(f"the server exited ({state}) after {waited:.0f} s: {cause.strip()[:300]}",
+                                    "its last log lines are printed above: fix what they name, then serve it again")
+            if health == "healthy" and ip:
+                break
+            if health is None:
+                raise InputError(f"{image} has no HEALTHCHECK", "build it with envkit (--serve adds one)")
+            if waited > timeout:
+                raise ExternalError(f"the server was not healthy within {timeout:.0f} s (health: {health})",
+                                    "give it longer with --timeout, or read docker logs " + container)
+            if int(waited) % 15 == 0:
+                say(f"serve: waiting for the HEALTHCHECK ({health}, {waited:.0f} s)")
+            time.sleep(1)
+        user = engine.container_user(container)
+    except BaseException:
+        engine.stop_internal(container, network)
+        raise
+    url = f"http://{ip}:{port}"
+    say(f"serve: healthy after {time.monotonic() - t0:.0f} s at {url} (model {name}, user {user})")
+    return Running(image, container, network, url, name, labels.get("io.envkit.model.sha256", ""), user, gpus, time.monotonic() - t0)
+
+
+def stop(container: str, engine=None) -> None:
+    from envkit.adapters.engine import Engine
+
+    if not container.startswith(SERVE_PREFIX):
+        raise InputError(f"--stop {container!r} is not a server envkit serve started", f"pass the container name it printed ({SERVE_PREFIX}...)")
+    (engine or Engine.connect()).stop_internal(container, container)
+
+
+# ---------------------------------------------------------------- envkit push: the image to the site's registry
+
+@dataclass(frozen=True)
+class Pushed:
+    image: str
+    ref: str
+    digest: str
+    model: Optional[str]
+    model_sha256: Optional[str]
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.split('/')[-1] else self.ref}@{self.digest}"
+
+    def to_json(self) -> dict:
+        return {"schema": 1, "ok": True, "image": self.image, "ref": self.ref, "digest": self.digest, "pull": self.pinned,
+                "model": self.model, "model_sha256": self.model_sha256}
+
+
+_REF = re.compile(r"[a-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+
+
+def push(image: str, ref: str, username: Optional[str], password: Optional[str], say: Callable[[str], None] = lambda _: None,
+         engine=None) -> Pushed:
+    """Tag `image` as `ref` (REGISTRY/REPO[:TAG]) and push it; the credentials live in this call only."""
+    from envkit.adapters.engine import Engine
+
+    if not _REF.fullmatch(ref):
+        raise InputError(f"--to {ref!r} is not REGISTRY/REPOSITORY[:TAG]", "write e.g. --to registry.intra:5000/llm/qwen-7b:v1")
+    if bool(username) != bool(password):
+        raise InputError("a registry login needs both --username and the password (on stdin, or ENVKIT_REGISTRY_PASSWORD)",
+                         "pass --username NAME --password-stdin, or neither for a registry without login")
+    engine = engine or Engine.connect()
+    engine.require_image(image)
+    labels = engine.labels(image)
+    engine.tag(engine.image_id(image), ref)
+    digest = engine.push(ref, {"username": username, "password": password} if username and password else None, say)
+    say(f"push: {ref} is {digest}")
+    return Pushed(image, ref, digest, labels.get("io.envkit.model.name"), labels.get("io.envkit.model.sha256"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -10,6 +11,7 @@ import typer
 from envkit import app, ui
 from envkit.cli import options as opt
 from envkit.cli.options import finish
+from envkit.errors import InputError
 from envkit.inimage.selftest import ENGINES, SHAPES
 
 if TYPE_CHECKING:
@@ -103,3 +105,67 @@ def inspect(
     i = app.inspect.inspect(image, matrix_path)
     finish(i, as_json, lambda i: ui.report.print_inspected(i), junit_path, f"envkit inspect {image}",
            lambda: ui.junit.doctor_cases(list(i.findings)))
+
+
+def serve(
+    image: Optional[str] = typer.Option(None, "--image", help="a serving image (built with --serve MODEL_DIR)"),
+    env: list[str] = typer.Option([], "--env", metavar="NAME=VALUE", help="an environment variable for the server (repeatable)"),
+    model_dir: Optional[str] = typer.Option(None, "--model-dir", help="the model directory, for an image built with --model-mount (read-only)"),
+    timeout: float = typer.Option(900.0, "--timeout", min=1.0, help="seconds the server may take to turn healthy"),
+    shm_size: str = typer.Option("2g", "--shm-size", help="the container's /dev/shm (vLLM's processes share memory there; Docker's default 64m is too small)"),
+    sweep: bool = typer.Option(False, "--sweep", help="once healthy, run the serving sweep against it, then stop it (unless --keep)"),
+    keep: bool = typer.Option(False, "--keep", help="with --sweep: leave the server running afterwards"),
+    concurrency: str = typer.Option("1,4", "--concurrency", help="the sweep's concurrency levels"),
+    num_prompts: int = typer.Option(16, "--num-prompts", min=1, help="the sweep's requests per level"),
+    input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="the sweep's prompt tokens (default 128)"),
+    output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="the sweep's tokens per request (default 128)"),
+    stop: Optional[str] = typer.Option(None, "--stop", metavar="CONTAINER", help="stop a server envkit serve started (and its network)"),
+    as_json: bool = opt.as_json("print the server (and the sweep) as JSON"),
+) -> None:
+    """Run a serving image on an internal network with no route out (GPUs passed where the engine has them), wait until
+    it is healthy, and print its URL; or sweep it and stop it."""
+    if stop:
+        app.serving.stop(stop)
+        ui.progress.console(stderr=as_json).print(f"stopped {stop} and its network", markup=False, highlight=False)
+        return
+    if not image:
+        raise InputError("envkit serve needs --image IMAGE (or --stop CONTAINER)", "pass the serving image's tag")
+    app.sweep.check(app.sweep.SweepRequest("openai:http://127.0.0.1", concurrency=concurrency))  # the sweep's own faults, before anything starts
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+        running = app.serving.start(image, tuple(env), model_dir, timeout, reporter.say, shm_size=shm_size)
+        if sweep:
+            try:
+                req = app.sweep.SweepRequest.asked(f"openai:{running.url}", running.model, concurrency, num_prompts, input_len, output_len, None)
+                result = app.sweep.serving_sweep(req, reporter)
+            finally:
+                if not keep:
+                    app.serving.stop(running.container)
+            running = replace(running, sweep=result.to_json(), stopped=not keep)
+    out = ui.progress.console(stderr=as_json)
+    ui.report.print_serving(running.to_json(), out)
+    if running.sweep is not None:
+        ui.report.print_sweep(running.sweep, out)
+    if as_json:
+        ui.output.print_json(running.to_json())
+    if not running.ok:
+        raise typer.Exit(1)
+
+
+def push(
+    image: str = typer.Argument(..., help="the image to push (a tag or ID on this engine)"),
+    to: str = typer.Option(..., "--to", metavar="REGISTRY/REPO[:TAG]", help="where: the site's registry, repository and tag"),
+    username: Optional[str] = typer.Option(None, "--username", envvar="ENVKIT_REGISTRY_USER", help="the registry login's user"),
+    password_stdin: bool = typer.Option(False, "--password-stdin", help="read the password from stdin (else ENVKIT_REGISTRY_PASSWORD)"),
+    as_json: bool = opt.as_json("print the pushed reference and digest as JSON"),
+) -> None:
+    """Push an image to the site's registry through the engine; the login is passed in memory, never written by envkit."""
+    import os
+    import sys
+
+    password = sys.stdin.readline().rstrip("\n") if password_stdin else os.environ.get("ENVKIT_REGISTRY_PASSWORD")
+    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+        pushed = app.serving.push(image, to, username, password or None, reporter.say)
+    out = ui.progress.console(stderr=as_json)
+    out.print(f"pushed {pushed.ref}\n  digest {pushed.digest}\n  pull   {pushed.pinned}", markup=False, highlight=False)
+    if as_json:
+        ui.output.print_json(pushed.to_json())

@@ -34,6 +34,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit build --project envkit.toml --all -j 2",
         "envkit build --mirror site.toml --secret netrc=~/.netrc   # an index that asks for a login (Podman or buildx)",
     ),
+    "push": (
+        "envkit push llm:tiny --to 127.0.0.1:5000/llm/tiny:v1",
+        "echo \"$PASS\" | envkit push llm:tiny --to registry.intra/llm/tiny:v1 --username ci --password-stdin --json",
+    ),
+    "serve": (
+        "envkit serve --image llm:tiny --env VLLM_CPU_KVCACHE_SPACE=1          # healthy, then prints the URL",
+        "envkit serve --image llm:tiny --sweep --concurrency 1,4 --json        # sweep it, then stop it",
+        "envkit serve --stop envkit-serve-1a2b3c4d",
+    ),
     "selftest": (
         "envkit selftest --image llm:cu124 --quick",
         "envkit selftest --shape tiny --engine hf --report out/",

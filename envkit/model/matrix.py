@@ -322,6 +322,8 @@ class VllmCpu:
     python: SpecifierSet
     wheel: str
     remove: tuple[str, ...]
+    apt: tuple[str, ...]  # the OS packages of shared libraries its extension needs and nothing in the venv carries
+    jit_apt: tuple[str, ...]  # what its start-up compile (torch inductor) needs besides the Python headers; none with --enforce-eager
     source: str
 
 

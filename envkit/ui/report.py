@@ -302,6 +302,9 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
     _row(t, "stack", labels.get("org.opencontainers.image.description", ""))
     if labels.get("org.opencontainers.image.base.name"):
         _row(t, "base image", labels["org.opencontainers.image.base.name"])
+    if labels.get("io.envkit.model.name"):
+        _row(t, "served model", f"{labels['io.envkit.model.name']} ({labels.get('io.envkit.model.source', '')}; tree sha256 "
+             f"{labels.get('io.envkit.model.sha256', '')})")
     _row(t, "platform", sol.get("platform", ""))
     if sol.get("gpu"):
         _row(t, "target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
@@ -316,6 +319,20 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
     if sol.get("vllm"):
         _row(t, "vllm", sol["vllm"]["version"])
     _row(t, "lock sha256", labels.get("io.envkit.lock.sha256", ""))
+    c.print(t)
+
+
+def print_serving(doc: dict, console: Optional[Console] = None) -> None:
+    c = console or _console()
+    t = Table(title=_e(f"envkit serve {doc['image']}"), title_justify="left", header_style="bold")
+    t.add_column("")
+    t.add_column("", overflow="fold")
+    _row(t, "url", f"{doc['url']}  (selftest --engine {doc['engine']})")
+    _row(t, "model", f"{doc['model']}  (tree sha256 {doc['model_sha256']})")
+    _row(t, "container", f"{doc['container']}, user {doc['user']}, {'GPUs passed' if doc['gpus'] else 'no GPUs'}")
+    _row(t, "network", f"{doc['network']} (internal: no route out)")
+    _row(t, "healthy after", f"{doc['healthy_after_s']} s")
+    _row(t, "state", "stopped and removed" if doc["stopped"] else f"running; stop it with: envkit serve --stop {doc['container']}")
     c.print(t)
 
 

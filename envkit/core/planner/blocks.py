@@ -540,6 +540,21 @@ class VllmWheel(Block):
     def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
         return ((self.spec if self.on_pypi else self.url or self.spec, None),)
 
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        cpu = self.cpu
+        if cpu is None or stage != "runtime":
+            return ()
+        needs = (AptNeed(cpu.apt, f"the shared libraries {cpu.package}'s compiled ops load (vllm/_C needs them; the wheel does not carry them)"),)
+        serve = ctx.options.serve
+        if serve is not None and "--enforce-eager" in serve.args:
+            return needs
+        headers = tuple(p for p in ctx.os.python_packages if p.endswith("-dev")) if ctx.distro_python else ()
+        return needs + (AptNeed(cpu.jit_apt + headers, f"{cpu.package} compiles its kernels at start (torch inductor: a C++ compiler "
+                                                        "and the Python headers; none with --enforce-eager)"),)
+
+    def modules(self) -> tuple[str, ...]:
+        return ("vllm._C",) if self.cpu is not None else ()  # vLLM imports its ops lazily: a missing library shows only here
+
 
 @dataclass(frozen=True)
 class RuntimeCopy(Block):

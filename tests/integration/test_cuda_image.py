@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]

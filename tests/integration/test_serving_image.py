@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,3 +58,24 @@ def test_the_served_name_defaults_to_the_directory_and_must_be_sendable(tmp_path
     assert prepare(ServeRequest(str(src)), lambda _: None).serve.name == "tiny"
     with pytest.raises(InputError, match="is not a name clients can send"):
         prepare(ServeRequest(str(src), name="bad name"), lambda _: None)
+
+
+def test_a_hub_name_is_refused_with_the_download_to_do_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as exc:
+        prepare(ServeRequest("Qwen/Qwen-7B-Chat"), lambda _: None)
+    assert "does not download from a hub" in str(exc.value) and "huggingface-cli download Qwen/Qwen-7B-Chat" in exc.value.fix
+
+
+def test_a_project_target_carries_its_serving_keys_and_refuses_them_without_serve(tmp_path):
+    from envkit.config import project_file
+
+    f = tmp_path / "envkit.toml"
+    f.write_text('[[target]]\nname = "tiny"\nplatform = "cpu"\nvllm = "0.32.0"\noffline = true\nserve = "models/tiny"\n'
+                 'served_model_name = "tiny"\nserve_args = ["--dtype=float32"]\n')
+    t = project_file.load(str(f)).target("tiny")
+    assert t.serve is not None and t.serve.model == str(tmp_path / "models/tiny")
+    assert (t.serve.name, t.serve.args, t.serve.mount) == ("tiny", ("--dtype=float32",), False)
+    f.write_text('[[target]]\nname = "tiny"\nplatform = "cpu"\noffline = true\nserve_args = ["--dtype=float32"]\n')
+    with pytest.raises(InputError, match="go with serve"):
+        project_file.load(str(f))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,10 @@ def read_model(path: str, say: Callable[[str], None]) -> ModelTree:
     it is not a model directory."""
     root = Path(path)
     if not root.is_dir():
+        if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path):  # looks like a hub name (Qwen/Qwen-7B-Chat)
+            raise InputError(f"--serve {path}: no such directory; envkit reads a local model directory, it does not download from a hub",
+                             f"download it on the connected machine first (huggingface-cli download {path} --local-dir DIR), "
+                             "then pass --serve DIR")
         raise InputError(f"--serve {path}: no such directory", "pass the model's local directory (config.json, tokenizer, weights)")
     if not (root / "config.json").is_file():
         raise InputError(f"--serve {path}: no config.json, so it is not a model directory vLLM loads",

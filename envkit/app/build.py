@@ -18,6 +18,7 @@ from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
 from envkit.app.lock import check_bundle, check_mirror_build
 from envkit.app.reporter import Reporter, Silent
+from envkit.app.serving import ServeRequest, prepare
 from envkit.config import project_file
 from envkit.config.lockfile import LOCK_NAME
 from envkit.config.userfile import read_json
@@ -226,13 +227,15 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None) -> Outcome:
     """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
+    serving = None if t.serve is None else prepare(ServeRequest(t.serve.model, t.serve.name, t.serve.args, t.serve.mount), reporter.say)
     if t.offline:
-        bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter)
+        bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter, serving=serving)
         if isinstance(bundled, Unsolved):
             return bundled
         context = Path(f"envkit-bundles/{t.name}")
     else:
-        g = generate(flags, matrix_path=matrix_path, mirror=t.mirror, opts=Options(), out=f"envkit-build/{t.name}")
+        g = generate(flags, matrix_path=matrix_path, mirror=t.mirror, opts=Options(), out=f"envkit-build/{t.name}", serving=serving,
+                     say=reporter.say)
         if isinstance(g, Unsolved):
             return g
         context = Path(f"envkit-build/{t.name}")

@@ -19,6 +19,15 @@
     tag = "h200-cu130-fa2.7.4"
     runner = "gpu-h200"                  # CI: the label of the self-hosted runner for this target
 
+    [[target]]
+    name = "qwen-serve-cpu"
+    platform = "cpu"
+    vllm = "0.32.0"
+    offline = true
+    serve = "models/qwen-7b-chat"         # a serving image of this model directory (relative to this file)
+    served_model_name = "qwen-7b"         # optional, as --served-model-name
+    serve_args = ["--dtype=bfloat16"]     # optional, as --serve-arg; model_mount = true as --model-mount
+
     [ci]                                 # what `envkit matrix export --format github|gitlab` writes
     envkit = "ci/envkit_gpu-0.1.0-py3-none-any.whl"   # or "envkit-gpu @ git+https://HOST/envkit.git@v0.1.0"
     runner = "ubuntu-latest"             # CPU targets (default: the CI system's own)
@@ -41,7 +50,7 @@ from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
 from envkit.errors import InputError
 from envkit.model.flags import FLAG_ORDER
-from envkit.model.project import DISTRIBUTION, CiSettings, EnvkitRequirement, Project, Target
+from envkit.model.project import DISTRIBUTION, CiSettings, EnvkitRequirement, Project, ServeTarget, Target
 
 RESOLVE_KEYS = FLAG_ORDER
 
@@ -128,10 +137,18 @@ def _envkit_requirement(value: Any) -> EnvkitRequirement:
 
 
 _DEFAULTS = Table.of(Field("mirror", _path_string, object, None), Field("registry", _registry, object, "envkit"))
+def _serve_args(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) and a and not _control(a) for a in value):
+        raise Invalid("must be a list of arguments", 'write serve_args = ["--dtype=float32", "--max-model-len=4096"]')
+    return tuple(value)
+
+
 _TARGET = Table.of(
     *(Field(key, default=None) for key in RESOLVE_KEYS),
     Field("offline", boolean, object, False), Field("mirror", _path_string, object, None),
-    Field("tag", _tag, object, "latest"), Field("runner", _runner, object, None), extra=("name",))
+    Field("tag", _tag, object, "latest"), Field("runner", _runner, object, None),
+    Field("serve", _path_string, object, None), Field("served_model_name", _path_string, object, None),
+    Field("serve_args", _serve_args, object, ()), Field("model_mount", boolean, object, False), extra=("name",))
 TARGET_KEYS = set(_TARGET.keys)
 _CI = Table.of(Field("envkit", _envkit_requirement, object, None), Field("runner", _runner, object, None),
                Field("gpu_runner", _runner, object, None))
@@ -197,7 +214,14 @@ def _target(path: str, name: str, row: dict, defaults: dict[str, Any]) -> Target
         raise _bad(path, f"target {name} builds neither offline nor against a site mirror",
                    'add offline = true, or mirror = "SITE.toml" (here or in [defaults])')
     flags = tuple((k, row[k]) for k in RESOLVE_KEYS if k in row)
-    return Target(name, flags, offline, None if offline else mirror, f"{defaults['registry']}/envkit-{name}:{t['tag']}", t["runner"])
+    serve = None
+    if t["serve"] is not None:
+        model = t["serve"] if Path(t["serve"]).is_absolute() else str(Path(path).parent / t["serve"])
+        serve = ServeTarget(model, t["served_model_name"], t["serve_args"], t["model_mount"])
+    elif t["served_model_name"] is not None or t["serve_args"] or t["model_mount"]:
+        raise _bad(path, f"target {name}: served_model_name, serve_args and model_mount go with serve", 'add serve = "MODEL_DIR"')
+    return Target(name, flags, offline, None if offline else mirror, f"{defaults['registry']}/envkit-{name}:{t['tag']}", t["runner"],
+                  serve)
 
 
 def parse(text: str, path: str) -> Project:

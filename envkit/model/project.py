@@ -19,9 +19,20 @@ class Target:
     mirror: Optional[str]
     image: str
     runner: Optional[str] = None  # the CI runner label of this target's job ([[target]] runner)
+    serve: Optional["ServeTarget"] = None  # a serving image ([[target]] serve = "MODEL_DIR" and its keys)
 
     def flag_dict(self) -> dict[str, str]:
         return dict(self.flags)
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """A target's serving keys as written: the model directory (resolved against the project file), the served name,
+    the server's arguments, and whether the site mounts the weights."""
+    model: str
+    name: Optional[str] = None
+    args: tuple[str, ...] = ()
+    mount: bool = False
 
 
 @dataclass(frozen=True)

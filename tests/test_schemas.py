@@ -35,7 +35,7 @@ EXPORT_PROJECT = ROOT / "tests" / "golden" / "export" / "envkit.toml"
 
 # The schema of each document (the docs/json-schemas.md table); site and project describe TOML files.
 DOCUMENTS = {"resolve", "generate", "plan", "lock", "solution", "bundle", "manifest", "build", "selftest", "sweep", "doctor",
-             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show"}
+             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show", "serve", "push"}
 USER_FILES = {"site", "project"}
 WITHOUT_VERSION_KEY = {"solution", "site", "project"}  # the solution sits inside versioned documents; the TOML files have none
 
@@ -646,6 +646,19 @@ def test_matrix_show_documents_every_table_and_one_by_its_cli_spelling():
     assert list(one["tables"]) == ["flash_attn"] and one["tables"]["flash_attn"] == every["tables"]["flash_attn"]
 
 
+def test_serve_and_push_documents_of_their_outcomes():
+    """Issue 18: envkit serve's and push's JSON, from their outcome objects (the integration tests print real ones)."""
+    from envkit.app.serving import Pushed, Running
+
+    run = Running("envkit-test/serve:tiny", "envkit-serve-0123abcd", "envkit-serve-0123abcd", "http://172.18.0.2:8000", "tiny",
+                  "a" * 64, "1000", False, 61.8)
+    validate(run.to_json(), "serve")
+    assert errors({**run.to_json(), "user": 1000}, "serve")
+    pushed = Pushed("envkit-test/serve:tiny", "127.0.0.1:5000/envkit/tiny:v1", "sha256:" + "b" * 64, "tiny", "a" * 64)
+    assert validate(pushed.to_json(), "push")["pull"] == "127.0.0.1:5000/envkit/tiny@sha256:" + "b" * 64
+    assert errors({**pushed.to_json(), "digest": "latest"}, "push")
+
+
 EXERCISED_BY = {
     "resolve": ["test_resolve_documents_ok_and_no_solution", "test_every_resolver_case_answers_with_a_valid_document"],
     "solution": ["test_generate_json_and_the_plan_lock_solution_and_label_it_writes", "test_every_resolver_case_answers_with_a_valid_document"],
@@ -668,6 +681,8 @@ EXERCISED_BY = {
     "matrix-show": ["test_matrix_show_documents_every_table_and_one_by_its_cli_spelling"],
     "site": ["test_site_schema_accepts_every_site_file", "test_site_schema_refuses_what_the_parser_refuses"],
     "project": ["test_project_schema_accepts_every_project_file", "test_project_schema_refuses_what_the_parser_refuses"],
+    "serve": ["test_serve_and_push_documents_of_their_outcomes"],
+    "push": ["test_serve_and_push_documents_of_their_outcomes"],
 }
 RAN: set[str] = set()
 

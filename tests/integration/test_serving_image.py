@@ -81,7 +81,7 @@ def test_the_image_runs_as_a_non_root_user_with_the_offline_environment(served_i
 def test_serve_starts_it_on_a_network_with_no_route_out_healthy_answering_and_swept(served_image):
     s = envkit("serve", "--image", TAG, *ENV, "--timeout", "900", "--json", timeout=1200)
     assert s.returncode == 0, s.stderr[-3000:]
-    run = json.loads(s.stdout)
+    run = valid_json(s.stdout, "serve")
     try:
         assert run["user"] == "1000" and run["model"] == "tiny" and not run["stopped"]
         net = json.loads(docker("network", "inspect", run["network"]).stdout)[0]
@@ -150,7 +150,7 @@ def test_push_to_a_registry_pull_back_by_digest_and_inspect_shows_the_model(serv
     ref = f"{registry}/envkit/tiny:v1"
     p = envkit("push", TAG, "--to", ref, "--json")
     assert p.returncode == 0, p.stderr[-2000:]
-    pushed = json.loads(p.stdout)
+    pushed = valid_json(p.stdout, "push")
     assert pushed["digest"].startswith("sha256:") and pushed["pull"] == f"{registry}/envkit/tiny@{pushed['digest']}"
     docker("rmi", ref)
     pull = docker("pull", pushed["pull"])

@@ -79,3 +79,16 @@ def test_a_project_target_carries_its_serving_keys_and_refuses_them_without_serv
     f.write_text('[[target]]\nname = "tiny"\nplatform = "cpu"\noffline = true\nserve_args = ["--dtype=float32"]\n')
     with pytest.raises(InputError, match="go with serve"):
         project_file.load(str(f))
+
+
+@pytest.mark.parametrize("ref, parts", [
+    ("envkit/cpu:default", ("envkit/cpu", "default")),
+    ("127.0.0.1:5000/envkit/tiny:v1", ("127.0.0.1:5000/envkit/tiny", "v1")),
+    ("127.0.0.1:5000/envkit/tiny", ("127.0.0.1:5000/envkit/tiny", "latest")),  # the registry's port is not a tag
+])
+def test_an_image_reference_splits_into_repository_and_tag_one_way_for_tag_push_and_pull(ref, parts):
+    from envkit.adapters.engine import split_ref
+    from envkit.app.serving import Pushed
+
+    assert split_ref(ref) == parts
+    assert Pushed("x", ref, "sha256:" + "b" * 64, None, None).pinned == f"{parts[0]}@sha256:{'b' * 64}"

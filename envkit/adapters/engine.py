@@ -21,6 +21,12 @@ DEFAULT_HOST = "unix:///var/run/docker.sock"
 PODMAN_SERVICE = "podman system service --time=0 unix:///run/podman.sock"
 
 
+def split_ref(ref: str) -> tuple[str, str]:
+    """(repository, tag) of an image reference; a registry's port is not a tag, and no tag means "latest"."""
+    repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+    return repo, tag or "latest"
+
+
 class ContainerEngine(Protocol):
     """What the use cases ask of a container engine; Engine is the Docker SDK's, a test may pass its own."""
 
@@ -193,15 +199,14 @@ class Engine:
         return sorted(names)
 
     def tag(self, image_id: str, ref: str) -> None:
-        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        self.client.images.get(image_id).tag(repo, tag or "latest")
+        self.client.images.get(image_id).tag(*split_ref(ref))
 
     def push(self, ref: str, auth: Optional[Mapping[str, str]], progress: Callable[[str], None]) -> str:
         """Push `ref` to its registry; the manifest digest the registry answered. `auth` goes to the engine in the request
         header (X-Registry-Auth) and nowhere else: nothing is written to disk."""
-        repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        repo, tag = split_ref(ref)
         digest, error = "", ""
-        for msg in self.client.images.push(repo, tag or "latest", auth_config=dict(auth) if auth else None, stream=True, decode=True):
+        for msg in self.client.images.push(repo, tag, auth_config=dict(auth) if auth else None, stream=True, decode=True):
             if "error" in msg:
                 error = str(msg.get("error"))
             elif isinstance(msg.get("aux"), dict) and msg["aux"].get("Digest"):

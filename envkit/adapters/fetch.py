@@ -8,7 +8,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from envkit.errors import ExternalError
 
@@ -26,6 +26,11 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(CHUNK), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256sums(entries: Iterable[tuple[str, str]]) -> str:
+    """A SHA256SUMS listing (`sha256sum -c` reads it) of (sha256, path) pairs, in the order given."""
+    return "".join(f"{sha}  {path}\n" for sha, path in entries)
 
 
 def retrying_session(retries: int = RETRIES, backoff: float = BACKOFF) -> Any:

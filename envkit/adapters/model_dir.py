@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from envkit.adapters.fetch import sha256_file
+from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.errors import InputError
 
 LISTING = "SHA256SUMS"
@@ -25,7 +25,7 @@ class ModelTree:
 
     @property
     def listing(self) -> str:
-        return "".join(f"{sha}  {rel}\n" for rel, _, sha in self.files)
+        return sha256sums((sha, rel) for rel, _, sha in self.files)
 
     @property
     def sha256(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Optional, Union
 
 from envkit.adapters.bundle_dir import MANIFEST, verify
 from envkit.adapters.engine import Engine, SecretFiles
-from envkit.adapters.fetch import sha256_file
+from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import generate
@@ -273,7 +273,7 @@ def export_compiled_wheels(engine: Engine, context: Path, dest: Path, *, network
         for n in names:
             if not n.endswith(".whl"):
                 (staging / n).unlink()
-        (staging / "SHA256SUMS").write_text("".join(f"{w.sha256}  {w.file}\n" for w in wheels))
+        (staging / "SHA256SUMS").write_text(sha256sums((w.sha256, w.file) for w in wheels))
         if dest.is_dir():
             dest.rmdir()  # empty (checked before the build)
         staging.rename(dest)

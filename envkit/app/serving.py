@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from envkit.adapters.engine import split_ref
 from envkit.adapters.model_dir import ModelTree, place_model, read_model
 from envkit.errors import InputError
 from envkit.model.plan import Serve
@@ -183,7 +184,7 @@ class Pushed:
 
     @property
     def pinned(self) -> str:
-        return f"{self.ref.rsplit(':', 1)[0] if ':' in self.ref.split('/')[-1] else self.ref}@{self.digest}"
+        return f"{split_ref(self.ref)[0]}@{self.digest}"
 
     def to_json(self) -> dict:
         return {"schema": 1, "ok": True, "image": self.image, "ref": self.ref, "digest": self.digest, "pull": self.pinned,

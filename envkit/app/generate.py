@@ -18,7 +18,7 @@ from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
-from envkit.model.plan import BuildPlan, Options
+from envkit.model.plan import SERVE_PORT, BuildPlan, Options
 from envkit.model.site import Site
 from envkit.model.solution import Result, Unsolved
 
@@ -40,7 +40,7 @@ def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[
     if opts.serve is not None:  # the model's directory is the user's own: named by a placeholder
         s = opts.serve
         parts += ["--serve=MODEL_DIR", f"--served-model-name={s.name}"] + (["--model-mount"] if s.mount else []) \
-            + ([f"--serve-port={s.port}"] if s.port != 8000 else []) + [f"--serve-arg={a}" for a in s.args]
+            + ([f"--serve-port={s.port}"] if s.port != SERVE_PORT else []) + [f"--serve-arg={a}" for a in s.args]
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 from envkit.adapters.engine import split_ref
 from envkit.adapters.model_dir import ModelTree, place_model, read_model
 from envkit.errors import InputError
-from envkit.model.plan import Serve
+from envkit.model.plan import SERVE_PORT, Serve
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 
@@ -21,7 +21,7 @@ class ServeRequest:
     name: Optional[str] = None  # --served-model-name; default: the directory's name
     args: tuple[str, ...] = ()  # --serve-arg, in order
     mount: bool = False  # --model-mount: the site mounts the weights; nothing is baked in
-    port: int = 8000
+    port: int = SERVE_PORT
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,8 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
     from envkit.model.plan import MODEL_DIR
 
     variables = _env(env)
+    if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
+        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
     engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)
@@ -126,12 +128,10 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
         raise InputError(f"--model-dir {model_dir}: no config.json", "pass the model's directory")
     volumes = {str(Path(model_dir).resolve()): {"bind": MODEL_DIR, "mode": "ro"}} if model_dir else {}
     ports = [p.split("/")[0] for p in (engine.image_attrs(image).get("Config", {}).get("ExposedPorts") or {})]
-    port = ports[0] if ports else "8000"
+    port = ports[0] if ports else str(SERVE_PORT)
     suffix = secrets.token_hex(4)
     container = network = SERVE_PREFIX + suffix
     t0 = time.monotonic()
-    if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
-        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
     gpus = engine.start_internal(image, container, network, variables, volumes, shm_size)
     say(f"serve: {image} as {container} on internal network {network} (no route out){', GPUs passed' if gpus else ''}")
     try:

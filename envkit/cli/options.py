@@ -12,6 +12,7 @@ import typer
 from envkit import ui
 from envkit.errors import EXIT_NO_SOLUTION
 from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
+from envkit.model.plan import SERVE_PORT
 from envkit.model.solution import Unsolved
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,6 +36,30 @@ def mirror(help: str) -> Any:
 
 def junit(help: str) -> Any:
     return typer.Option(None, "--junit", metavar="FILE.xml", help=help)
+
+
+SERVE_HELP = "a serving image: vLLM's OpenAI server on this local model directory (config.json, tokenizer, weights)"
+
+
+def serve() -> Any:
+    return typer.Option(None, "--serve", metavar="MODEL_DIR", help=SERVE_HELP)
+
+
+def served_model_name() -> Any:
+    return typer.Option(None, "--served-model-name", metavar="NAME", help="the model name clients ask for (default: the directory's name)")
+
+
+def serve_arg() -> Any:
+    return typer.Option([], "--serve-arg", metavar="ARG",
+                        help="one argument for the server, after envkit's (repeatable), e.g. --serve-arg=--dtype=float32")
+
+
+def model_mount() -> Any:
+    return typer.Option(False, "--model-mount", help="do not bake the weights in: the site mounts them at /opt/envkit/model")
+
+
+def serve_port() -> Any:
+    return typer.Option(SERVE_PORT, "--serve-port", help="the port the server listens on in the container")
 
 
 FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")

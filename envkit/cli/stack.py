@@ -12,7 +12,7 @@ from envkit.cli import options as opt
 from envkit.cli.options import FORCE, finish, resolve_flags
 from envkit.errors import EXIT_BUG, EXIT_EXTERNAL, EXIT_NO_SOLUTION, InputError
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import DEFAULT_HOST_MARCH, Options
+from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, Options
 
 
 class ToolkitChoice(str, Enum):
@@ -24,23 +24,9 @@ TOOLKIT_HELP = ("CUDA toolkit of the devel stage: the nvidia/cuda devel image, o
                 "(default: the site file's \\[cuda] toolkit, else image)")
 
 
-SERVE_HELP = "a serving image: vLLM's OpenAI server on this local model directory (config.json, tokenizer, weights)"
-
-
-def _serve_options():
-    """The serving image's options, shared by generate and bundle."""
-    return dict(
-        serve=typer.Option(None, "--serve", metavar="MODEL_DIR", help=SERVE_HELP),
-        served_model_name=typer.Option(None, "--served-model-name", metavar="NAME", help="the model name clients ask for (default: the directory's name)"),
-        serve_arg=typer.Option([], "--serve-arg", metavar="ARG", help="one argument for the server, after envkit's (repeatable), e.g. --serve-arg=--dtype=float32"),
-        model_mount=typer.Option(False, "--model-mount", help="do not bake the weights in: the site mounts them at /opt/envkit/model"),
-        serve_port=typer.Option(8000, "--serve-port", help="the port the server listens on in the container"),
-    )
-
-
 def _serving(serve: Optional[str], name: Optional[str], args: list[str], mount: bool, port: int, say) -> Optional[app.serving.Prepared]:
     if serve is None:
-        if name or args or mount or port != 8000:
+        if name or args or mount or port != SERVE_PORT:
             raise InputError("--served-model-name, --serve-arg, --model-mount and --serve-port go with --serve MODEL_DIR",
                              "add --serve MODEL_DIR, or drop them")
         return None
@@ -72,11 +58,11 @@ def generate(
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
     toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP),
-    serve: Optional[str] = _serve_options()["serve"],
-    served_model_name: Optional[str] = _serve_options()["served_model_name"],
-    serve_arg: list[str] = _serve_options()["serve_arg"],
-    model_mount: bool = _serve_options()["model_mount"],
-    serve_port: int = _serve_options()["serve_port"],
+    serve: Optional[str] = opt.serve(),
+    served_model_name: Optional[str] = opt.served_model_name(),
+    serve_arg: list[str] = opt.serve_arg(),
+    model_mount: bool = opt.model_mount(),
+    serve_port: int = opt.serve_port(),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
@@ -86,11 +72,14 @@ def generate(
     opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
                    toolkit=toolkit.value if toolkit else None)
     to_stdout = out == "-"  # `-o -`: the Dockerfile alone on stdout, nothing written (like `cog debug`)
-    say = ui.progress.console(stderr=True).print
-    serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, lambda m: say(m, markup=False, highlight=False))
+    err = ui.progress.console(stderr=True)
+
+    def say(message: str) -> None:
+        err.print(message, markup=False, highlight=False)
+
+    serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, say)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
-                         out=None if dry_run or to_stdout else out, force=force, serving=serving,
-                         say=lambda m: say(m, markup=False, highlight=False))
+                         out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say)
     if to_stdout and isinstance(g, app.generate.Generated):
         sys.stdout.write(g.files["Dockerfile"].decode())
         return
@@ -105,11 +94,11 @@ def bundle(
     mirror: Optional[str] = opt.mirror("fetch through the site's mirrors (SITE.toml)"),
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
     toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP),
-    serve: Optional[str] = _serve_options()["serve"],
-    served_model_name: Optional[str] = _serve_options()["served_model_name"],
-    serve_arg: list[str] = _serve_options()["serve_arg"],
-    model_mount: bool = _serve_options()["model_mount"],
-    serve_port: int = _serve_options()["serve_port"],
+    serve: Optional[str] = opt.serve(),
+    served_model_name: Optional[str] = opt.served_model_name(),
+    serve_arg: list[str] = opt.serve_arg(),
+    model_mount: bool = opt.model_mount(),
+    serve_port: int = opt.serve_port(),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
     force: bool = FORCE,
     as_json: bool = opt.as_json("print a JSON summary"),

@@ -22,7 +22,8 @@ WHEELHOUSE = "/opt/envkit/wheelhouse"
 COMPILED_WHEELS = "/opt/envkit/wheels"
 MODEL_DIR = "/opt/envkit/model"  # where a serving image's weights are (baked in, or mounted by the site)
 SERVE_UID = 1000  # the serving image's non-root user
-SERVE_HOME = "/home/envkit"  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
+SERVE_HOME = "/home/envkit"
+SERVE_PORT = 8000  # the serving image's port, unless --serve-port says otherwise  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
 PYTHON_FTP = "https://www.python.org/ftp/python"
 PLAN_SCHEMA = 1
 
@@ -219,7 +220,7 @@ class Serve:
     files: int
     bytes: int
     mount: bool = False  # the weights are not baked in: the site mounts them at MODEL_DIR
-    port: int = 8000
+    port: int = SERVE_PORT
     args: tuple[str, ...] = ()  # the engine's own arguments, after envkit's
 
 

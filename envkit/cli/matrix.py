@@ -19,6 +19,9 @@ class ExportFormat(str, Enum):
     gitlab = "gitlab"
     bake = "bake"
     json = "json"
+    k8s = "k8s"
+
+
 EXIT_NO_SOLUTION = 1
 
 
@@ -29,7 +32,8 @@ def export(
     contexts: str = typer.Option("envkit-contexts", "--contexts", help="bake: where the targets' build contexts are"),
     matrix_path: Optional[str] = opt.matrix("the matrix.toml the targets are resolved with (default: the built-in one)"),
 ) -> None:
-    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file or JSON.
+    """Export the project's targets as a GitHub Actions matrix workflow, a GitLab parallel:matrix job, a bake file, JSON,
+    or Kubernetes manifests (k8s: a self-test Job per target, a Triton Deployment and Service; docs/k8s.md).
 
     Every target is resolved first: one without a solution is refused (exit 1, its conflicts named), and
     nothing is written. GitHub and GitLab jobs install envkit as \\[ci] envkit in the project file says,

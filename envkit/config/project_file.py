@@ -32,6 +32,16 @@
     envkit = "ci/envkit_gpu-0.1.0-py3-none-any.whl"   # or "envkit-gpu @ git+https://HOST/envkit.git@v0.1.0"
     runner = "ubuntu-latest"             # CPU targets (default: the CI system's own)
     gpu_runner = "gpu"                   # GPU targets without a runner of their own
+
+    [k8s]                                # `envkit matrix export --format k8s` (docs/k8s.md); every key optional
+    namespace = "llm-ci"
+    runtime_class = "nvidia"             # NVIDIA targets (the default); others only from their [target.k8s]
+    node_selector = { "nvidia.com/gpu.product" = "NVIDIA-H200" }
+    tolerations = [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]
+    shm_size = "16Gi"                    # /dev/shm: an emptyDir in memory of this size
+
+    [target.k8s]                         # the last [[target]]'s own keys, over [k8s]
+    gpus = 1                             # GPUs of the pod (default 1 on a GPU target; none on a CPU one)
 """
 from __future__ import annotations
 
@@ -50,7 +60,17 @@ from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
 from envkit.errors import InputError
 from envkit.model.flags import FLAG_ORDER
-from envkit.model.project import DISTRIBUTION, CiSettings, EnvkitRequirement, Project, ServeTarget, Target
+from envkit.model.project import (
+    DISTRIBUTION,
+    CiSettings,
+    EnvkitRequirement,
+    K8sSettings,
+    ModelVolume,
+    Project,
+    ServeTarget,
+    Target,
+    Toleration,
+)
 
 RESOLVE_KEYS = FLAG_ORDER
 
@@ -148,10 +168,152 @@ _TARGET = Table.of(
     Field("offline", boolean, object, False), Field("mirror", _path_string, object, None),
     Field("tag", _tag, object, "latest"), Field("runner", _runner, object, None),
     Field("serve", _path_string, object, None), Field("served_model_name", _path_string, object, None),
-    Field("serve_args", _serve_args, object, ()), Field("model_mount", boolean, object, False), extra=("name",))
+    Field("serve_args", _serve_args, object, ()), Field("model_mount", boolean, object, False), extra=("name", "k8s"))
 TARGET_KEYS = set(_TARGET.keys)
 _CI = Table.of(Field("envkit", _envkit_requirement, object, None), Field("runner", _runner, object, None),
                Field("gpu_runner", _runner, object, None))
+
+
+# [k8s] and [target.k8s]: the Kubernetes manifests of `envkit matrix export --format k8s` (docs/k8s.md)
+MAX_GPUS = 64  # one pod's GPUs are on one node
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+# a quantity of bytes: a positive decimal number with an optional binary (Ki..Ei) or decimal (k..E) suffix
+_BYTES = re.compile(r"(?P<n>[0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+OPERATORS = ("Equal", "Exists")
+_TOLERATION_FIX = 'write {key} = [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]'
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: short, and an integer of thousands of digits named by its size (repr would fail)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 12:
+        return f"a {len(str(abs(value))) if abs(value) < 10 ** 4000 else 'thousands-of'}-digit number"
+    text_ = repr(value)
+    return text_ if len(text_) <= 60 else text_[:57] + "..."
+
+
+def _gpus(value: Any) -> int:
+    if type(value) is not int or not 1 <= value <= MAX_GPUS:
+        why = "must be a whole number of GPUs" if type(value) is not int else f"must be from 1 to {MAX_GPUS}"
+        raise Invalid(f"{why}, got {_shown(value)}", f"write {{key}} = 2 (an integer from 1 to {MAX_GPUS}, no quotes)")
+    return value
+
+
+def _dns_label(value: Any) -> str:
+    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
+        raise Invalid(f"{_shown(value)} is not a DNS-1123 label (at most 63 lower-case letters, digits and -, "
+                      "starting and ending with a letter or digit)", 'write {key} = "llm-ci"')
+    return value
+
+
+def _dns_subdomain(value: Any) -> str:
+    if not isinstance(value, str) or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise Invalid(f"{_shown(value)} is not a Kubernetes object name (lower-case letters, digits, - and ., "
+                      "at most 253)", 'write {key} = "nvidia"')
+    return value
+
+
+def _label_key(value: str) -> bool:
+    """A qualified name: an optional DNS subdomain prefix and /, then a name of at most 63 characters."""
+    prefix, _, name = value.rpartition("/")
+    return bool(_LABEL_NAME.fullmatch(name)) and (not prefix and "/" not in value or bool(_DNS_SUBDOMAIN.fullmatch(prefix)))
+
+
+def _node_selector(value: Any) -> tuple[tuple[str, str], ...]:
+    fix = 'write {key} = { "nvidia.com/gpu.product" = "NVIDIA-H200" }'
+    if not isinstance(value, dict):
+        raise Invalid(f"must be a table of label = value strings, got {_shown(value)}", fix)
+    for k, v in value.items():
+        if not _label_key(k):
+            raise Invalid(f"label {_shown(k)} is not a Kubernetes label key (PREFIX/NAME, NAME at most 63 letters, "
+                          "digits, - _ .)", fix, at=(k,))
+        if not isinstance(v, str) or not _LABEL_VALUE.fullmatch(v):
+            raise Invalid(f"label {k}: {_shown(v)} is not a Kubernetes label value (a string of at most 63 letters, "
+                          "digits, - _ .)", fix, at=(k,))
+    return tuple(value.items())
+
+
+def _toleration(i: int, row: Any) -> Toleration:
+    where = f"tolerations[{i}]"
+    if not isinstance(row, dict):
+        raise Invalid(f"{where} must be a table, got {_shown(row)}", _TOLERATION_FIX, at=(i,))
+    unknown = sorted(set(row) - {"key", "operator", "value", "effect"})
+    if unknown:
+        raise Invalid(f"{where} has the unknown key {_shown(unknown[0])} (allowed: effect, key, operator, value)",
+                      _TOLERATION_FIX, at=(i,))
+    operator, effect, key, value = row.get("operator", "Equal"), row.get("effect"), row.get("key"), row.get("value")
+    if operator not in OPERATORS:
+        raise Invalid(f"{where} operator {_shown(operator)} is not Equal or Exists", _TOLERATION_FIX, at=(i,))
+    if effect is not None and effect not in EFFECTS:
+        raise Invalid(f"{where} effect {_shown(effect)} is not {', '.join(EFFECTS[:-1])} or {EFFECTS[-1]}",
+                      "write effect = \"NoSchedule\" (or leave effect out to tolerate every effect)", at=(i,))
+    if key is not None and (not isinstance(key, str) or not _label_key(key)):
+        raise Invalid(f"{where} key {_shown(key)} is not a taint key (PREFIX/NAME, like nvidia.com/gpu)", _TOLERATION_FIX, at=(i,))
+    if key is None and operator != "Exists":
+        raise Invalid(f"{where} has no key: only operator = \"Exists\" may leave it out (it tolerates every taint)",
+                      _TOLERATION_FIX, at=(i,))
+    if value is not None and (not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value)):
+        raise Invalid(f"{where} value {_shown(value)} is not a taint value (at most 63 letters, digits, - _ .)",
+                      _TOLERATION_FIX, at=(i,))
+    if value is not None and operator == "Exists":
+        raise Invalid(f"{where} gives a value with operator = \"Exists\", which matches any value", "drop value, or use operator = \"Equal\"",
+                      at=(i,))
+    return Toleration(operator, key, value, effect)
+
+
+def _tolerations(value: Any) -> tuple[Toleration, ...]:
+    if not isinstance(value, list):
+        raise Invalid(f"must be a list of tables, got {_shown(value)}", _TOLERATION_FIX)
+    return tuple(_toleration(i, row) for i, row in enumerate(value))
+
+
+def _bytes(value: Any) -> str:
+    fix = 'write {key} = "16Gi" (a number with Ki, Mi, Gi, Ti, or k, M, G, T)'
+    m = _BYTES.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise Invalid(f"{_shown(value)} is not a Kubernetes quantity of bytes", fix)
+    if not float(m["n"]) > 0:
+        raise Invalid(f"{_shown(value)} is no memory at all", fix)
+    return str(value)
+
+
+def _abs_path(value: Any, fix: str) -> str:
+    if (not isinstance(value, str) or not value.startswith("/") or _control(value) or ":" in value
+            or posixpath.normpath(value) != value.rstrip("/") or ".." in value.split("/")):
+        raise Invalid(f"{_shown(value)} is not an absolute path without .., : or control characters", fix)
+    return value.rstrip("/") or "/"
+
+
+def _model_pvc(value: Any) -> ModelVolume:
+    fix = 'write {key} = "bloom7b1-pvc:/mnt" (the claim\'s name, then where the pod mounts it, as arena\'s --data)'
+    if not isinstance(value, str) or ":" not in value:
+        raise Invalid(f"{_shown(value)} is not CLAIM:/MOUNT/PATH", fix)
+    claim, mount = value.split(":", 1)
+    if not _DNS_SUBDOMAIN.fullmatch(claim):
+        raise Invalid(f"claim {_shown(claim)} is not a Kubernetes object name (lower-case letters, digits, - and .)", fix)
+    return ModelVolume(claim, _abs_path(mount, fix))
+
+
+def _model_repository(value: Any) -> str:
+    return _abs_path(value, 'write {key} = "/mnt/triton_repo" (a directory under model_pvc\'s mount path)')
+
+
+_K8S = Table.of(Field("gpus", _gpus, object, None), Field("namespace", _dns_label, object, None),
+                Field("runtime_class", _dns_subdomain, object, None), Field("tolerations", _tolerations, object, None),
+                Field("node_selector", _node_selector, object, None), Field("shm_size", _bytes, object, None),
+                Field("model_pvc", _model_pvc, object, None), Field("model_repository", _model_repository, object, None))
+K8S_KEYS = set(_K8S.keys)
+
+
+def _k8s(path: str, raw: Any, where: str) -> K8sSettings:
+    """[k8s] or [target.k8s] (`where` names it: "[k8s]", "target NAME: [target.k8s]")."""
+    if not isinstance(raw, dict):
+        raise _bad(path, f"{where} must be a table", f"write {where.rsplit(' ', 1)[-1]} with keys below it")
+    _K8S.check_keys(raw, _raiser(path, f"{{key}} in {where}", "allowed: "))
+    return K8sSettings(**_K8S.convert(raw, _raiser(path, f"{where} {{key}}", "allowed: ")))
 
 
 def _raiser(path: str, where: str, allowed_fix: str) -> Callable[[Problem], None]:
@@ -172,8 +334,8 @@ def _bad(path: str, what: str, fix: str) -> InputError:
 
 def _read_defaults(path: str, raw: dict) -> dict[str, Any]:
     for key in raw:
-        if key not in ("defaults", "target", "ci"):
-            raise _bad(path, f"unknown table [{key}]", "use [defaults], [[target]] and [ci]")
+        if key not in ("defaults", "target", "ci", "k8s"):
+            raise _bad(path, f"unknown table [{key}]", "use [defaults], [[target]], [ci] and [k8s]")
     defaults = raw.get("defaults", {})
     if not isinstance(defaults, dict):
         raise _bad(path, "[defaults] must be a table", "write [defaults] with keys below it")
@@ -220,8 +382,9 @@ def _target(path: str, name: str, row: dict, defaults: dict[str, Any]) -> Target
         serve = ServeTarget(model, t["served_model_name"], t["serve_args"], t["model_mount"])
     elif t["served_model_name"] is not None or t["serve_args"] or t["model_mount"]:
         raise _bad(path, f"target {name}: served_model_name, serve_args and model_mount go with serve", 'add serve = "MODEL_DIR"')
+    k8s = _k8s(path, row["k8s"], f"target {name}: [target.k8s]") if "k8s" in row else K8sSettings()
     return Target(name, flags, offline, None if offline else mirror, f"{defaults['registry']}/envkit-{name}:{t['tag']}", t["runner"],
-                  serve)
+                  serve, k8s)
 
 
 def parse(text: str, path: str) -> Project:
@@ -233,7 +396,8 @@ def parse(text: str, path: str) -> Project:
         raise _bad(path, "no [[target]] tables", "add at least one [[target]] with a name and resolve flags")
     seen: set[str] = set()
     targets = [_target(path, _target_name(path, i, row, seen), row, defaults) for i, row in enumerate(rows, 1)]
-    return Project(path, tuple(targets), ci)
+    k8s = _k8s(path, raw["k8s"], "[k8s]") if "k8s" in raw else K8sSettings()
+    return Project(path, tuple(targets), ci, k8s)
 
 
 def load(path: str) -> Project:

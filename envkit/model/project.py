@@ -1,7 +1,7 @@
-"""A project file's named targets, and its [ci] settings, as values."""
+"""A project file's named targets, its [ci] settings and its [k8s] settings, as values."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 from envkit.errors import InputError
@@ -9,6 +9,42 @@ from envkit.errors import InputError
 DISTRIBUTION = "envkit-gpu"
 """envkit's distribution name (pyproject.toml's [project] name). The import package and the command are `envkit`;
 the name `envkit` on PyPI belongs to an unrelated project, so nothing envkit writes ever installs that."""
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """One Kubernetes toleration as the project file gives it (already checked): `operator` Equal or Exists, `effect`
+    None for every effect, `key` None (with Exists) for every taint."""
+    operator: str = "Equal"
+    key: Optional[str] = None
+    value: Optional[str] = None
+    effect: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ModelVolume:
+    """A PersistentVolumeClaim holding models, and where the pod mounts it ([k8s] model_pvc = "CLAIM:/PATH")."""
+    claim: str
+    mount: str
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    """[k8s] of the project file, or a target's [target.k8s]: None is a key not given (the target's value, then the
+    file's, then the export's default: envkit/core/k8s.py)."""
+    gpus: Optional[int] = None
+    namespace: Optional[str] = None
+    runtime_class: Optional[str] = None
+    tolerations: Optional[tuple[Toleration, ...]] = None
+    node_selector: Optional[tuple[tuple[str, str], ...]] = None
+    shm_size: Optional[str] = None
+    model_pvc: Optional[ModelVolume] = None
+    model_repository: Optional[str] = None
+
+    def over(self, base: "K8sSettings") -> "K8sSettings":
+        """These settings where given, `base`'s elsewhere."""
+        return K8sSettings(**{f.name: (mine if (mine := getattr(self, f.name)) is not None else getattr(base, f.name))
+                              for f in fields(self)})
 
 
 @dataclass(frozen=True)
@@ -20,6 +56,7 @@ class Target:
     image: str
     runner: Optional[str] = None  # the CI runner label of this target's job ([[target]] runner)
     serve: Optional["ServeTarget"] = None  # a serving image ([[target]] serve = "MODEL_DIR" and its keys)
+    k8s: K8sSettings = K8sSettings()  # [target.k8s]: over the file's [k8s]
 
     def flag_dict(self) -> dict[str, str]:
         return dict(self.flags)
@@ -66,6 +103,7 @@ class Project:
     path: str
     targets: tuple[Target, ...]
     ci: CiSettings = CiSettings()
+    k8s: K8sSettings = K8sSettings()
 
     def target(self, name: str) -> Target:
         for t in self.targets:

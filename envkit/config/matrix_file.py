@@ -27,6 +27,7 @@ from envkit import data
 from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
 from envkit.config.userfile import read_bytes
 from envkit.errors import MatrixError, MatrixProblem
+from envkit.model.engines import FasterTransformer, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
     VENDOR_PLATFORM,
@@ -764,10 +765,55 @@ def _read_dtk(rows: list[_Row]) -> tuple[list[Dtk], list[TorchBuild]]:
 
 # ---------------------------------------------------------------- the whole file
 
+def _driver_list(x: Any) -> tuple[Driver, ...]:
+    return tuple(Driver.parse(d) for d in _str_list(x))
+
+
+def _release(x: str) -> str:
+    if not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", x):
+        raise ValueError("a container release is YY.MM, like 24.05")
+    return x
+
+
+def _release_list(x: Any) -> tuple[str, ...]:
+    return tuple(_release(r) for r in _str_list(x))
+
+
+_TRITON = _Spec(TritonImage, Table.of(
+    _req("release", _release), _req("flavor", _one_of("flavor", "py3", "trtllm-python-py3", "vllm-python-py3")),
+    _opt("cuda"), _opt("driver", Driver.parse), _SOURCE, _opt("server", Version), _opt("python", Version), _opt("torch"),
+    _opt("tensorrt"), _opt("trtllm", Version), _opt("vllm"), _opt("min_cc", _cc),
+    Field("datacenter_drivers", _driver_list, list, ())),
+    check=lambda x: ("vllm", f"{x.vllm!r} is not a version") if x.vllm is not None and not _is_version(x.vllm) else None)
+
+_TRTLLM_BACKEND = _Spec(TrtllmBackend, Table.of(
+    _VERSION, _req("base_image"), _flag("ensemble"), _req("tensorrt_llm_commit"), _SOURCE))
+
+_TRTLLM = _Spec(Trtllm, Table.of(
+    _VERSION, Field("python", _python_list, list, ()), Field("archs", _cc_list, list, ()), _opt("trtllm_build", bool, bool),
+    _opt("trtllm_serve", bool, bool), _SOURCE, _opt("torch", SpecifierSet), _opt("tensorrt", SpecifierSet),
+    _opt("cuda", Version), _opt("archs_note"), Field("archs_removed", _cc_list, list, ()), Field("fp8_archs", _cc_list, list, ()),
+    _opt("ngc_image"), _strs("unknown")))
+
+_FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(
+    _req("archived"), _req("triton_releases", _release_list, list), _req("sm", _cc_list, list),
+    _req("default_sm", _cc_list, list), _req("cuda_min", Version), _req("successor"), _SOURCE))
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
 _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
     "cuda": _CUDA.read, "gpu": _GPU.read, "gpu_driver": _GPU_DRIVER.read, "torch": _read_torch, "rocm": _ROCM.read,
     "dtk": _read_dtk, "flash_attn": _FLASH_ATTN.read, "flash_attn_broken": _FA_BROKEN.read,
     "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
+    "triton": _TRITON.read, "trtllm_backend": _TRTLLM_BACKEND.read, "trtllm": _TRTLLM.read,
+    "fastertransformer": _FASTERTRANSFORMER.read,
 }
 
 MAX_DEPTH = 16
@@ -852,7 +898,9 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         torch=tuple(t["torch"] + dtk_torch), rocm=_by_version(t["rocm"]), dtk=_by_version(dtk),
         flash_attn=_by_version(t["flash_attn"]), flash_attn_broken=tuple(t["flash_attn_broken"]),
         torch_abi_breaks=tuple(t["torch_abi_break"]), vllm=_by_version(t["vllm"]), python=_by_version(t["python"]),
-        os=tuple(t["os"]), raw=raw)
+        os=tuple(t["os"]), raw=raw,
+        triton=tuple(sorted(t["triton"], key=lambda x: x.key, reverse=True)), trtllm_backend=_by_version(t["trtllm_backend"]),
+        trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None)
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -14,11 +14,17 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 from . import toml_emit
 
 
@@ -48,10 +54,31 @@ def _vllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return derive(docs)
 
 
+def _triton(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_triton import derive_triton
+
+    return derive_triton(docs)
+
+
+def _trtllm_backend(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_triton import derive_backend
+
+    return derive_backend(docs)
+
+
+def _trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_triton import derive_trtllm
+
+    return derive_trtllm(docs)
+
+
 REGIONS: tuple[Region, ...] = (
     Region("flash_attn", "flash-attn", _flash_attn),
     Region("torch", "torch", _torch),
     Region("vllm", "vllm", _vllm),
+    Region("triton", "triton", _triton),
+    Region("trtllm_backend", "triton", _trtllm_backend),
+    Region("trtllm", "trtllm", _trtllm, "*.toml"),
 )
 
 _BEGIN = "# >>> derived: {name} (envkit matrix refresh; from data/sources/{directory}; do not edit by hand)"
@@ -70,9 +97,10 @@ def load_docs(sources: Path, region: Region) -> dict[str, Any]:
     docs = {}
     for p in sorted(d.glob(region.pattern)):
         try:
-            docs[p.name] = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(f"{p}: not a readable JSON extract ({exc})", "re-run the extraction for this project") from None
+            text = p.read_text(encoding="utf-8")
+            docs[p.name] = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise InputError(f"{p}: not a readable extract ({exc})", "re-run the extraction for this project") from None
     return docs
 
 

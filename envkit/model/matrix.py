@@ -407,6 +407,11 @@ class Matrix:
     python: tuple[PythonRelease, ...]
     os: tuple[OsRelease, ...]
     raw: dict[str, Any] = field(repr=False, compare=False, hash=False)
+    # the serving engines that come as containers (model/engines.py), newest first
+    triton: tuple[Any, ...] = ()  # TritonImage
+    trtllm_backend: tuple[Any, ...] = ()  # TrtllmBackend
+    trtllm: tuple[Any, ...] = ()  # Trtllm
+    fastertransformer: Optional[Any] = None  # FasterTransformer
 
     @functools.cached_property
     def index(self) -> MatrixIndex:

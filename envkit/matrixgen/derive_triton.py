@@ -1,0 +1,115 @@
+"""[[triton]] and [[trtllm_backend]] rows from the extracts of triton_source.py (data/sources/triton).
+
+[[triton]]: one row per `-trtllm-python-py3` / `-vllm-python-py3` container of Triton's compatibility.md, with
+the server version its release's build.py names. [[trtllm_backend]]: one row per tensorrtllm_backend tag whose
+dockerfile/Dockerfile.trt_llm_backend builds the backend on a Triton `-py3` image.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+_COLUMNS = {"python": "Python version", "torch": "Torch version", "tensorrt": "TensorRT version",
+            "trtllm": "TensorRT-LLM version", "vllm": "vLLM version", "cuda": "CUDA version", "driver": "CUDA Driver version"}
+
+
+def _python(text: str) -> str:
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise ValueError(f"no Python version in {text!r}")
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def triton_rows(server: dict[str, Any]) -> list[dict[str, Any]]:
+    compat = server["compatibility"]
+    servers = {s["release"]: s for s in server["servers"]}
+    rows = []
+    for flavor, table in sorted(compat["tables"].items()):
+        for r in table:
+            release = r["Triton release version"].strip()
+            row: dict[str, Any] = {"release": release, "flavor": flavor}
+            s: Optional[dict[str, Any]] = servers.get(release)
+            if s is not None:
+                row["server"] = s["server"]
+            for key, column in _COLUMNS.items():
+                value = r.get(column, "").strip()
+                if value:
+                    row[key] = _python(value) if key == "python" else re.sub(r"\s+", ".", value) if key == "vllm" else value
+            source = f"{compat['citation']} ({flavor}, row {release})"
+            if s is not None:
+                source += f"; server version: {s['citation']}"
+            row["source"] = source
+            rows.append(row)
+    return rows
+
+
+def backend_rows(backend: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for t in backend["tags"]:
+        if not t.get("base_image"):
+            continue
+        rows.append({"version": t["tag"].lstrip("v"), "base_image": t["base_image"], "ensemble": bool(t["ensemble"]),
+                     "tensorrt_llm_commit": t["tensorrt_llm_commit"], "source": t["citation"]})
+    return sorted(rows, key=lambda x: tuple(int(p) for p in x["version"].split(".")), reverse=True)
+
+
+def py3_rows(notes: dict[str, Any], server: dict[str, Any]) -> list[dict[str, Any]]:
+    """The general -py3 containers from their release notes (release-notes.json, hand-collected): the CUDA, the driver
+    the page requires, the data center drivers its forward-compatibility package supports, the minimum compute
+    capability. A release whose page was not found (no url) has no row."""
+    servers = {s["release"]: s for s in server["servers"]}
+    rows = []
+    for r in notes["releases"]:
+        if not r.get("url") or not r.get("min_driver"):
+            continue
+        row: dict[str, Any] = {"release": r["release"], "flavor": "py3"}
+        s: Optional[dict[str, Any]] = servers.get(r["release"])
+        if s is not None:
+            row["server"] = s["server"]
+        if r.get("cuda"):
+            row["cuda"] = r["cuda"]
+        row["driver"] = r["min_driver"]
+        if r.get("datacenter_drivers"):
+            row["datacenter_drivers"] = list(r["datacenter_drivers"])
+        if r.get("min_cc"):
+            row["min_cc"] = r["min_cc"]
+        row["source"] = r["url"] + (f"; server version: {s['citation']}" if s is not None else "")
+        rows.append(row)
+    return rows
+
+
+def _order(row: dict[str, Any]) -> tuple[str, tuple[int, ...]]:
+    return row["flavor"], tuple(int(p) for p in row["release"].split("."))
+
+
+def derive_triton(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = triton_rows(docs["server.json"])
+    if "release-notes.json" in docs:
+        rows += py3_rows(docs["release-notes.json"], docs["server.json"])
+    return sorted(rows, key=_order, reverse=True)
+
+
+_TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "fp8_archs",
+                "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
+
+
+def derive_trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    """[[trtllm]] rows: the hand-collected releases.toml as it is, in the matrix's key order, newest first."""
+    rows = []
+    for doc in docs.values():
+        for r in doc.get("trtllm", []):
+            extra = set(r) - set(_TRTLLM_KEYS)
+            if extra:
+                raise ValueError(f"trtllm {r.get('version')}: unknown keys {sorted(extra)}")
+            row = {k: r[k] for k in _TRTLLM_KEYS if k in r and r[k] not in ("", [])}
+            first = re.search(r"https://\S+?(?=[;,)]?(\s|$))", row["source"])
+            if first is None:
+                raise ValueError(f"trtllm {r.get('version')}: its source names no URL")
+            if not row["source"].startswith("https://"):  # the matrix's rule: a source starts with its URL
+                row["source"] = f"{first.group(0)} ({row['source']})"
+            rows.append(row)
+    return sorted(rows, key=lambda x: tuple(int(p) for p in x["version"].split(".")), reverse=True)
+
+
+def derive_backend(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    return backend_rows(docs["backend.json"])

@@ -1,0 +1,168 @@
+"""Serving engines that come as containers or their own wheels, as values: Triton's container releases, the
+TensorRT-LLM releases, the tensorrtllm_backend tags, and FasterTransformer's frozen legacy profile (read from
+matrix.toml by config/matrix_file.py), and what resolve answers for `--engine` (EngineSolution)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from envkit.model.matrix import CC, Driver, Gpu
+
+ENGINES = ("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
+"""`--engine`: torch and vllm are the pip stacks resolve builds itself (vllm = `--vllm` any release); the others
+are serving engines answered by engines.py: a container (Triton's), TensorRT-LLM's own release, or the legacy
+FasterTransformer profile."""
+CONTAINER_ENGINES = ("trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
+NGC = "nvcr.io/nvidia"
+
+
+def release_key(release: str) -> tuple[int, int]:
+    """A container release YY.MM as a sortable pair (24.02 < 24.10)."""
+    yy, mm = release.split(".")
+    return int(yy), int(mm)
+
+
+@dataclass(frozen=True)
+class TritonImage:
+    """One Triton container: nvcr.io/nvidia/tritonserver:RELEASE-FLAVOR (flavor py3, trtllm-python-py3, vllm-python-py3).
+    `driver` is the driver its documentation requires; `datacenter_drivers` the older branches (each its first
+    release) its CUDA forward-compatibility package supports on data center GPUs."""
+    release: str
+    flavor: str
+    cuda: Optional[str]
+    driver: Optional[Driver]
+    source: str
+    server: Optional[Version] = None
+    python: Optional[Version] = None
+    torch: Optional[str] = None
+    tensorrt: Optional[str] = None
+    trtllm: Optional[Version] = None
+    vllm: Optional[str] = None
+    min_cc: Optional[CC] = None
+    datacenter_drivers: tuple[Driver, ...] = ()
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return release_key(self.release)
+
+    @property
+    def image(self) -> str:
+        return f"{NGC}/tritonserver:{self.release}-{self.flavor}"
+
+    @property
+    def vllm_version(self) -> Optional[Version]:
+        return None if self.vllm is None else Version(Version(self.vllm).public)
+
+
+@dataclass(frozen=True)
+class TrtllmBackend:
+    """A tensorrtllm_backend tag: the Triton -py3 image its Dockerfile.trt_llm_backend builds on, the TensorRT-LLM
+    commit of its submodule, and whether the tag carries the inflight_batcher_llm ensemble."""
+    version: Version
+    base_image: str
+    ensemble: bool
+    tensorrt_llm_commit: str
+    source: str
+
+    @property
+    def base_release(self) -> str:
+        return self.base_image.rpartition(":")[2].split("-")[0]
+
+
+@dataclass(frozen=True)
+class Trtllm:
+    """A TensorRT-LLM release: its wheels' Pythons, its torch and TensorRT pins, the CUDA it is built for, the GPU
+    archs its README or support matrix lists, and which workflows it has (trtllm-build engines for Triton's
+    ensemble; trtllm-serve, the OpenAI server)."""
+    version: Version
+    python: tuple[Version, ...]
+    archs: tuple[CC, ...]
+    trtllm_build: bool
+    trtllm_serve: bool
+    source: str
+    torch: Optional[SpecifierSet] = None
+    tensorrt: Optional[SpecifierSet] = None
+    cuda: Optional[Version] = None
+    archs_note: Optional[str] = None
+    archs_removed: tuple[CC, ...] = ()  # its notes: removed "in this and future releases"
+    fp8_archs: tuple[CC, ...] = ()
+    ngc_image: Optional[str] = None
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FasterTransformer:
+    """The frozen legacy profile: NVIDIA archived FasterTransformer and its Triton backend (last commits
+    2023-10-19); the backend builds on these Triton -py3 releases, the library for these SM numbers."""
+    archived: str
+    triton_releases: tuple[str, ...]
+    sm: tuple[CC, ...]
+    default_sm: tuple[CC, ...]
+    cuda_min: Version
+    successor: str
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineSolution:
+    """What `--engine trtllm|triton-trtllm|triton-vllm|fastertransformer` resolves to: the image to build FROM (or the
+    Triton image a backend is built on), what it carries, and what generate writes for it."""
+    engine: str
+    gpu: Optional[Gpu]
+    image: str  # the container image (as NVIDIA names it; a site's registry mirror rewrites it)
+    build: str  # "container" (use the image as it is) | "backend" (build tensorrtllm_backend on it) | "wheel" | "source"
+    triton: Optional[TritonImage]
+    trtllm: Optional[Trtllm]
+    backend: Optional[TrtllmBackend]
+    min_driver: Optional[Driver]
+    workflow: str  # "ensemble" (trtllm-build engines + Triton ensemble) | "trtllm-serve" | "vllm" | "fastertransformer"
+    notes: tuple[str, ...]
+    sources: tuple[str, ...]
+    legacy: bool = False
+    sm: tuple[CC, ...] = ()  # FasterTransformer: the -DSM list to build
+
+    def flat(self) -> dict[str, str]:
+        out = {"engine": self.engine, "image": self.image, "build": self.build, "workflow": self.workflow}
+        if self.triton is not None:
+            out["triton"] = self.triton.release
+            if self.triton.server is not None:
+                out["server"] = str(self.triton.server)
+            if self.triton.cuda:
+                out["cuda"] = self.triton.cuda
+        if self.trtllm is not None:
+            out["trtllm"] = str(self.trtllm.version)
+        if self.backend is not None:
+            out["backend"] = str(self.backend.version)
+        if self.triton is not None and self.triton.vllm:
+            out["vllm"] = str(self.triton.vllm_version)
+        if self.min_driver is not None:
+            out["min_driver"] = str(self.min_driver)
+        if self.sm:
+            out["sm"] = ",".join(f"{c.major}{c.minor}" for c in self.sm)
+        if self.legacy:
+            out["legacy"] = "true"
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        t, r, b = self.triton, self.trtllm, self.backend
+        return {
+            "engine": self.engine, "image": self.image, "build": self.build, "workflow": self.workflow, "legacy": self.legacy,
+            "gpu": None if self.gpu is None else {"name": self.gpu.name, "arch": self.gpu.arch},
+            "min_driver": None if self.min_driver is None else str(self.min_driver),
+            "triton": None if t is None else {
+                "release": t.release, "flavor": t.flavor, "server": None if t.server is None else str(t.server),
+                "cuda": t.cuda, "python": None if t.python is None else str(t.python), "torch": t.torch,
+                "tensorrt": t.tensorrt, "trtllm": None if t.trtllm is None else str(t.trtllm), "vllm": t.vllm},
+            "trtllm": None if r is None else {
+                "version": str(r.version), "python": [str(p) for p in r.python], "torch": None if r.torch is None else str(r.torch),
+                "tensorrt": None if r.tensorrt is None else str(r.tensorrt), "cuda": None if r.cuda is None else str(r.cuda),
+                "archs": [str(a) for a in r.archs], "trtllm_build": r.trtllm_build, "trtllm_serve": r.trtllm_serve},
+            "backend": None if b is None else {"version": str(b.version), "base_image": b.base_image,
+                                               "tensorrt_llm_commit": b.tensorrt_llm_commit, "ensemble": b.ensemble},
+            "sm": [f"{c.major}{c.minor}" for c in self.sm],
+            "notes": list(self.notes),
+            "sources": list(self.sources),
+        }

@@ -37,7 +37,7 @@ class SelftestRequest:
 def check_engines(req: SelftestRequest) -> None:
     for e in req.engines:
         if e not in script.ENGINES:
-            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm or openai:http://HOST:PORT")
+            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm, openai:http://HOST:PORT or triton:http://HOST:PORT")
 
 
 def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str], dataset: Optional[str],
@@ -54,7 +54,7 @@ def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str
                                    ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
                                    ("--peak-gbs", req.peak_gbs)) if on]
     if len(urls) > 1 or local:
-        raise InputError(f"--engine openai:URL sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
+        raise InputError(f"--engine openai:URL (or triton:URL) sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
                          "run the sweep and the local self-test as two commands")
 
 

@@ -1,5 +1,7 @@
-"""Serving sweep against any OpenAI-compatible endpoint (vLLM's api_server, or any other): streaming
-/v1/completions requests at each concurrency, with vLLM's metric definitions (benchmarks/serve):
+"""Serving sweep against any OpenAI-compatible endpoint (vLLM's api_server, or any other; --engine openai:URL):
+streaming /v1/completions requests at each concurrency, or against a Triton Inference Server (--engine triton:URL):
+streaming requests to its generate extension (POST /v2/models/MODEL/generate_stream, TensorRT-LLM's ensemble
+tensors; docs/triton-sweep.md). Either way with vLLM's metric definitions (benchmarks/serve):
 
 - TTFT: time from sending a request to its first streamed token.
 - TPOT: per request, (latency - TTFT) / (output tokens - 1); ITL: gaps between streamed chunks.
@@ -10,9 +12,11 @@ server answers or --ready-timeout passes: one line and exit 4 when it never does
 when --model is not given, and one warm-up request whose failure stops the sweep with its reason. Requests are
 sent all at once, or at --request-rate per second as a seeded Poisson process; the concurrency caps how many are
 in flight. An API key (--api-key, OPENAI_API_KEY) goes in `Authorization: Bearer` and nowhere else.
+Triton's readiness wait is GET /v2/health/ready, then GET /v2/models/MODEL/ready (MODEL: --model, default ensemble).
 
-The requests go through adapters/openai_http.py (http.client, threads here); a failed request of a level (HTTP
-error, connection drop, out of memory on the server) is a counted failure, never a crash.
+The requests go through adapters/openai_http.py or adapters/triton_http.py (http.client, threads here); a failed
+request of a level (HTTP error, an error event inside the stream, connection drop, out of memory on the server) is a
+counted failure, never a crash.
 """
 from __future__ import annotations
 
@@ -23,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from envkit.adapters import openai_http
-from envkit.adapters.openai_http import one_request
+from envkit.adapters import openai_http, triton_http
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import MAX_DATASET_BYTES, parse_file
 from envkit.core.sweep import RequestResult, arrival_offsets, parse_dataset, random_requests, summarize
@@ -34,17 +37,27 @@ from envkit.model.results import LevelResult, SweepResult
 Prompt = Union[str, list[int]]
 NOT_READY = (502, 503, 504)  # a proxy before a server still loading, or the server itself loading
 SAY_EVERY_S = 10.0
+PROTOCOLS = ("openai", "triton")  # --engine PROTOCOL:URL
+TRITON = "triton"
+
+
+def one_request(url: str, model: str, prompt: Prompt, output_len: int, api_key: Optional[str] = None, protocol: str = "openai",
+                nest: bool = False) -> RequestResult:
+    """One streamed request in the server's protocol: OpenAI /v1/completions or Triton's generate_stream."""
+    if protocol == TRITON:
+        return triton_http.one_request(url, model, prompt, output_len, api_key=api_key, nest=nest)
+    return openai_http.one_request(url, model, prompt, output_len, api_key=api_key)
 
 
 def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
-              api_key: Optional[str] = None) -> dict:
+              api_key: Optional[str] = None, protocol: str = "openai", nest: bool = False) -> dict:
     """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second."""
     done = [0]
     lock = threading.Lock()
 
     def task(req: tuple[Prompt, int]) -> RequestResult:
-        r = one_request(url, model, *req, api_key=api_key)
+        r = one_request(url, model, *req, api_key=api_key, protocol=protocol, nest=nest)
         with lock:
             done[0] += 1
             if progress:
@@ -98,6 +111,59 @@ def wait_ready(url: str, timeout: float, api_key: Optional[str] = None, reporter
         time.sleep(min(1.0, left))
 
 
+def wait_ready_triton(url: str, model: str, timeout: float, api_key: Optional[str] = None, reporter: Reporter = Silent()) -> None:
+    """Poll GET /v2/health/ready, then GET /v2/models/MODEL/ready, until both answer 200, at most `timeout` seconds; says
+    the server's name and version (GET /v2). ExternalError, one line, when it never does: the model's own reason
+    (unknown, still loading, failed) where the server gives one."""
+    deadline = time.monotonic() + timeout
+    said_at: Optional[float] = None
+    server_ready = False
+    while True:
+        left = deadline - time.monotonic()
+        wait = max(0.5, min(5.0, left))
+        if not server_ready:
+            ans = triton_http.get(url, "/v2/health/ready", api_key, timeout=wait)
+            server_ready = ans.status == 200
+            if server_ready:
+                meta = triton_http.get(url, "/v2", api_key, timeout=wait).doc
+                if isinstance(meta, dict) and meta.get("name"):
+                    reporter.say(f"{meta['name']} {meta.get('version', '')} at {url}".strip())
+        if server_ready:
+            ans = triton_http.get(url, triton_http.model_path(model, "ready"), api_key, timeout=wait)
+            if ans.status == 200:
+                return
+        if ans.status in (401, 403):
+            raise ExternalError(f"the server at {url} refused the request: {_one_line(ans.error)}",
+                                "check --api-key (or OPENAI_API_KEY)" if api_key else "give the server's key with --api-key or OPENAI_API_KEY")
+        reason = _one_line(_triton_reason(ans))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if server_ready:
+                meta = triton_http.get(url, triton_http.model_path(model, "").rstrip("/"), api_key, timeout=5.0)
+                if meta.status not in (None, 200):  # "unknown model" says more than "Model version not ready"
+                    reason = _one_line(_triton_reason(meta))
+                raise ExternalError(f"model {model} is not ready on the Triton server at {url} within {timeout:g} s: {reason}",
+                                    "give a model the server serves with --model NAME (TensorRT-LLM's is ensemble), or check the server's log")
+            raise ExternalError(f"server at {url} did not answer GET /v2/health/ready within {timeout:g} s: {reason}",
+                                "start it / check the URL")
+        now = time.monotonic()
+        what = f"model {model} on the server" if server_ready else "the server"
+        if said_at is None:
+            reporter.say(f"waiting up to {timeout:g} s for {what} at {url} to be ready ({reason})")
+            said_at = now
+        elif now - said_at >= SAY_EVERY_S:
+            reporter.say(f"still waiting for {what} at {url}: {reason}; {left:.0f} s left")
+            said_at = now
+        time.sleep(min(1.0, left))
+
+
+def _triton_reason(ans: openai_http.Answer) -> str:
+    """Why a readiness probe did not answer 200: the server's {"error": ...} where it gave one."""
+    if ans.status is not None and isinstance(ans.doc, dict) and ans.doc.get("error"):
+        return f"HTTP {ans.status}: {ans.doc['error']}"
+    return ans.error or f"HTTP {ans.status}"
+
+
 def choose_model(asked: Optional[str], served: list[str], url: str, reporter: Reporter = Silent()) -> str:
     """--model when given; else the server's first (or only) model, saying which when it serves several."""
     if asked:
@@ -115,9 +181,10 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Optional[str] = None) -> None:
+def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Optional[str] = None, protocol: str = "openai",
+            nest: bool = False) -> None:
     """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike)."""
-    r = one_request(url, model, prompt, 2, api_key=api_key)
+    r = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, nest=nest)
     if r.ok:
         return
     fix = (f"the server serves {', '.join(served)}: give one of them with --model" if served and model not in served
@@ -127,20 +194,20 @@ def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Op
 
 def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Prompt, int]],
           progress: Optional[Callable[[int, int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
-          api_key: Optional[str] = None, served: Sequence[str] = ()) -> list:
+          api_key: Optional[str] = None, served: Sequence[str] = (), protocol: str = "openai", nest: bool = False) -> list:
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
-    warm_up(url, model, requests[0][0], list(served), api_key)
+    warm_up(url, model, requests[0][0], list(served), api_key, protocol, nest)
 
     def at(level: int) -> Optional[Callable[[int, int], None]]:
         return None if progress is None else (lambda done, total: progress(level, done, total))
 
-    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key) for c in concurrency]
+    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key, protocol, nest) for c in concurrency]
 
 
 @dataclass(frozen=True)
 class SweepRequest:
-    engine_url: str  # openai:http://HOST:PORT
-    model: Optional[str] = None  # None: the server's first model (GET /v1/models)
+    engine_url: str  # openai:http://HOST:PORT or triton:http://HOST:PORT
+    model: Optional[str] = None  # None: the server's first model (GET /v1/models); Triton: ensemble
     concurrency: str = "1,4,8,16"
     num_prompts: int = 64
     input_len: int = 128
@@ -150,15 +217,25 @@ class SweepRequest:
     request_rate: float = math.inf  # requests per second; inf: all at once
     ready_timeout: float = 60.0  # seconds the server may take to answer
     seed: int = 0  # of the random workload and the arrival times
+    nest_parameters: bool = False  # Triton: max_tokens, bad_words, stop_words and stream under "parameters"
 
     @classmethod
     def asked(cls, engine_url: str, model: Optional[str], concurrency: str, num_prompts: int, input_len: Optional[int],
               output_len: Optional[int], dataset: Optional[str], api_key: Optional[str] = None, request_rate: Optional[float] = None,
-              ready_timeout: Optional[float] = None) -> "SweepRequest":
+              ready_timeout: Optional[float] = None, nest_parameters: bool = False) -> "SweepRequest":
         """From a command's options, where what was not given is None."""
         return cls(engine_url, model or None, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
                    dataset, api_key or None, cls.request_rate if request_rate is None else request_rate,
-                   cls.ready_timeout if ready_timeout is None else ready_timeout)
+                   cls.ready_timeout if ready_timeout is None else ready_timeout, nest_parameters=nest_parameters)
+
+    @property
+    def protocol(self) -> str:
+        """openai or triton: the part of --engine before the URL."""
+        return self.engine_url.split(":", 1)[0]
+
+    @property
+    def url(self) -> str:
+        return self.engine_url.split(":", 1)[1] if ":" in self.engine_url else ""
 
 
 def _levels(concurrency: str) -> list[int]:
@@ -173,11 +250,14 @@ def _levels(concurrency: str) -> list[int]:
 
 def check(req: SweepRequest) -> list[int]:
     """The request's own faults, before any network: the URL, the levels, the rate, the timeout. The levels."""
-    if not req.engine_url.startswith("openai:") or "://" not in req.engine_url:
-        raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL", "write --engine openai:http://127.0.0.1:8000")
-    if "@" in req.engine_url.split("://", 1)[1].split("/", 1)[0]:  # user:key@host would be printed and written to sweep.json
-        raise InputError("--engine openai:URL carries a login (user@host): it would be printed and written into the report",
+    if req.protocol not in PROTOCOLS or "://" not in req.url:
+        raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL or triton:URL",
+                         "write --engine openai:http://127.0.0.1:8000 (or triton:http://127.0.0.1:8000)")
+    if "@" in req.url.split("://", 1)[1].split("/", 1)[0]:  # user:key@host would be printed and written to sweep.json
+        raise InputError(f"--engine {req.protocol}:URL carries a login (user@host): it would be printed and written into the report",
                          "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
+    if req.nest_parameters and req.protocol != TRITON:
+        raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
     if not req.request_rate > 0:  # NaN too
         raise InputError(f"--request-rate {req.request_rate:g} is not a positive number of requests per second",
                          "write --request-rate 4, or inf to send every request at once")
@@ -196,10 +276,15 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResu
                               lambda text: parse_dataset(text, req.num_prompts, req.output_len), limit=MAX_DATASET_BYTES)
     else:
         requests = random_requests(req.num_prompts, req.input_len, req.output_len, seed=req.seed)
-    url = req.engine_url[len("openai:"):]
-    served = wait_ready(url, req.ready_timeout, req.api_key, reporter)
-    model = choose_model(req.model, served, url, reporter)
+    url = req.url
+    if req.protocol == TRITON:
+        model = req.model or triton_http.DEFAULT_MODEL
+        wait_ready_triton(url, model, req.ready_timeout, req.api_key, reporter)
+        served: list[str] = []
+    else:
+        served = wait_ready(url, req.ready_timeout, req.api_key, reporter)
+        model = choose_model(req.model, served, url, reporter)
     levels = sweep(url, model, levels_asked, requests, progress=reporter.requests_done, request_rate=req.request_rate, seed=req.seed,
-                   api_key=req.api_key, served=served)
+                   api_key=req.api_key, served=served, protocol=req.protocol, nest=req.nest_parameters)
     return SweepResult(url, model, req.dataset, None if req.dataset else req.input_len, req.output_len,
                        tuple(LevelResult.from_json(lv) for lv in levels), req.request_rate)

@@ -31,9 +31,9 @@ def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path
 def selftest(
     image: Optional[str] = typer.Option(None, "--image", help="run inside this built image (network none, GPUs passed in) instead of here"),
     quick: bool = typer.Option(False, "--quick", help="the checks and a short decode: a verdict within a minute"),
-    engines: list[str] = typer.Option([], "--engine", help=f"{', '.join(ENGINES)} (decode engines; repeat) or openai:URL (the serving sweep)"),
+    engines: list[str] = typer.Option([], "--engine", help=f"{', '.join(ENGINES)} (decode engines; repeat), or openai:URL or triton:URL (the serving sweep)"),
     shapes: list[str] = typer.Option([], "--shape", help=f"decode a random-weight model of this shape: {', '.join(SHAPES)} (repeat)"),
-    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from /v1/models)"),
+    model: Optional[str] = typer.Option(None, "--model", help="a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from /v1/models); with triton:URL, the model (default: ensemble)"),
     parity: bool = typer.Option(False, "--parity", help="compare each engine's logits with a float32 eager-attention reference"),
     lambada: Optional[str] = typer.Option(None, "--lambada", help="LAMBADA jsonl: last-word accuracy of --model DIR per HF engine"),
     peak_gbs: Optional[float] = typer.Option(None, "--peak-gbs", min=0.0, help="the GPU's HBM peak in GB/s, where no image solution says it"),
@@ -51,13 +51,17 @@ def selftest(
     as_json: bool = opt.as_json("print the self-test's JSON document"),
     report: Optional[str] = typer.Option(None, "--report", help="write the JSON (and for a sweep a PNG plot) into this directory"),
     junit_path: Optional[str] = opt.junit("also write the checks as JUnit XML"),
+    triton_parameters: bool = typer.Option(False, "--triton-parameters", help="with triton:URL, send max_tokens, bad_words, stop_words "
+                                           "and stream nested under \"parameters\" instead of top-level"),
 ) -> None:
-    """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI server."""
-    urls = [e for e in engines if e.startswith("openai:")]
-    req = app.selftest.SelftestRequest(quick=quick, engines=tuple(e for e in engines if not e.startswith("openai:")),
+    """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI or Triton server."""
+    urls = [e for e in engines if e.startswith(("openai:", "triton:"))]
+    req = app.selftest.SelftestRequest(quick=quick, engines=tuple(e for e in engines if e not in urls),
                                        shapes=tuple(shapes), model=model, parity=parity, lambada=lambada, peak_gbs=peak_gbs,
                                        input_len=input_len, output_len=output_len)
     app.selftest.check_engines(req)
+    if triton_parameters and not any(u.startswith("triton:") for u in urls):
+        raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
     if report:
         ui.report_dir.ready(report)
     if junit_path:
@@ -65,7 +69,7 @@ def selftest(
     app.selftest.check_sweep_alone(urls, req, image, dataset, request_rate)
     if urls:
         return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset,
-                                                   api_key, request_rate, ready_timeout), as_json, report, junit_path)
+                                                   api_key, request_rate, ready_timeout, triton_parameters), as_json, report, junit_path)
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         result = app.selftest.run(req, image, reporter)
     doc = result.to_json()

@@ -17,6 +17,9 @@ are serving engines answered by engines.py: a container (Triton's), TensorRT-LLM
 FasterTransformer profile."""
 CONTAINER_ENGINES = ("trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
 NGC = "nvcr.io/nvidia"
+CARRIED_ENSEMBLES = (Version("0.8.0"), Version("0.14.0"), Version("0.19.0"))
+"""The tensorrtllm_backend tags whose all_models/inflight_batcher_llm envkit carries (dockerfiles/triton/) and fills:
+seed 003's 0.8.0, 0.14.0 (the last with Volta) and 0.19.0 (the last tag that holds the ensemble)."""
 
 
 def release_key(release: str) -> tuple[int, int]:

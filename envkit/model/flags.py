@@ -39,6 +39,10 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("vllm", "vLLM version or specifier", "0.6.3", metavar="VERSION|SPEC"),
     FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
     FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
+    FlagSpec("engine", "serving engine: torch or vllm (pip stacks), trtllm, triton-trtllm, triton-vllm, fastertransformer (containers)",
+             "triton-trtllm", metavar="ENGINE", choices=("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")),
+    FlagSpec("trtllm", "TensorRT-LLM version or specifier (with --engine trtllm or triton-trtllm)", "0.8.0", metavar="VERSION|SPEC"),
+    FlagSpec("triton", "Triton container release YY.MM (with --engine triton-*, fastertransformer)", "24.05", metavar="YY.MM"),
 )
 FLAG_ORDER: tuple[str, ...] = tuple(f.key for f in RESOLVE_FLAGS)
 FLAG: dict[str, str] = {f.key: f.option for f in RESOLVE_FLAGS}
@@ -61,6 +65,9 @@ class ResolveFlags:
     vllm: Optional[str] = None
     kernels: Optional[str] = None
     kernels_from: Optional[str] = None
+    engine: Optional[str] = None
+    trtllm: Optional[str] = None
+    triton: Optional[str] = None
 
     @classmethod
     def from_mapping(cls, given: Mapping[str, Optional[str]]) -> "ResolveFlags":

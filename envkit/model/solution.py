@@ -9,6 +9,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envkit.model.flags import FLAG
+from envkit.model.engines import EngineSolution
 from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, ToolkitWheel, TorchBuild, Vllm, dtk_text
 
 
@@ -27,13 +28,16 @@ class Query:
     vllm: Optional[SpecifierSet] = None
     kernels: tuple[str, ...] = ()
     kernels_from: Optional[Version] = None  # the kernels' flash-attn sdist when flash-attn itself is not installed
+    engine: Optional[str] = None  # --engine; None and "torch" are the pip stack
+    trtllm: Optional[SpecifierSet] = None
+    triton: Optional[str] = None  # a container release YY.MM
     given: tuple[tuple[str, str], ...] = ()
 
     def flags(self) -> dict[str, str]:
         return dict(self.given)
 
     def without(self, key: str) -> "Query":
-        empty = {"kernels": ()}.get(key)
+        empty: Any = {"kernels": ()}.get(key)
         changes: dict[str, Any] = {key: empty, "given": tuple((k, v) for k, v in self.given if k != key)}
         if key == "torch":
             changes["torch_local"] = None
@@ -173,10 +177,17 @@ class Result:
     conflicts: tuple[Conflict, ...] = ()
     suggestions: tuple[tuple[str, dict[str, str]], ...] = ()
     warnings: tuple[str, ...] = ()
+    engine: Optional[EngineSolution] = None  # a container engine's answer (--engine trtllm, triton-*, fastertransformer)
 
     @property
     def ok(self) -> bool:
-        return self.solution is not None
+        return self.solution is not None or self.engine is not None
+
+    def flat(self) -> dict[str, str]:
+        """The answer's few fields (a pip stack's or a container engine's); {} without one."""
+        if self.solution is not None:
+            return self.solution.flat()
+        return self.engine.flat() if self.engine is not None else {}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,6 +198,7 @@ class Result:
             "conflicts": [c.to_json() for c in self.conflicts],
             "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
             "warnings": list(self.warnings),
+            **({"engine": self.engine.to_json()} if self.engine is not None else {}),
         }
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Any, TYPE_CHECKING, Optional, Union
 
 from packaging.version import Version
 from rich.console import Console
@@ -47,6 +47,39 @@ def _ok(ok: object) -> Text:
     return Text("ok", style="green") if ok else Text("FAIL", style="bold red")
 
 
+def _print_engine(c: Console, d: dict[str, Any]) -> None:
+    """A container engine's answer: the image, what it carries, and how it is built."""
+    t = Table(title=f"envkit resolve: --engine {d['engine']}" + (" (legacy)" if d["legacy"] else ""), show_header=True, header_style="bold")
+    t.add_column("component")
+    t.add_column("choice")
+    t.add_column("artifact / detail", overflow="fold")
+    if d["gpu"]:
+        _row(t, "gpu", d["gpu"]["name"], d["gpu"]["arch"])
+    build = {"container": "used as it is", "backend": "the backend is built on it"}.get(d["build"], d["build"])
+    _row(t, "image", d["image"], build)
+    tr = d["triton"]
+    if tr:
+        _row(t, "triton", tr["release"] + (f" (server {tr['server']})" if tr["server"] else ""),
+             " ".join(f"{k} {tr[k]}" for k in ("cuda", "python", "torch", "tensorrt") if tr.get(k)))
+    if d["min_driver"]:
+        _row(t, "driver", f">= {d['min_driver']}", "the container's requirement")
+    if d["trtllm"]:
+        r = d["trtllm"]
+        _row(t, "tensorrt-llm", r["version"], " ".join(f"{k} {r[k]}" for k in ("torch", "tensorrt", "cuda") if r.get(k))
+             + (f" archs {','.join(r['archs'])}" if r["archs"] else ""))
+    if d["backend"]:
+        b = d["backend"]
+        _row(t, "tensorrtllm_backend", b["version"], f"TensorRT-LLM submodule {b['tensorrt_llm_commit'][:12]}")
+    if tr and tr.get("vllm"):
+        _row(t, "vllm", tr["vllm"], "")
+    if d["sm"]:
+        _row(t, "-DSM", ",".join(d["sm"]), "FasterTransformer's build archs")
+    _row(t, "workflow", d["workflow"], "")
+    c.print(t)
+    for n in d["notes"]:
+        c.print(f"  note: {escape(n)}")
+
+
 def print_result(result: Result, console: Optional[Console] = None) -> None:
     c = console or _console()
     if result.solution is not None:
@@ -84,6 +117,8 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         c.print(t)
         for n in d["notes"]:
             c.print(f"  note: {escape(n)}")
+    elif result.engine is not None:
+        _print_engine(c, result.engine.to_json())
     else:
         asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
         c.print(f"[{RULE_STYLE}]no consistent stack[/] for {_e(asked or 'the default target')}")

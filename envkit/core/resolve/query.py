@@ -16,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.errors import InputError
+from envkit.model.engines import CONTAINER_ENGINES, ENGINES
 from envkit.model.flags import FLAG, ResolveFlags, check_values, shown
 from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key, parse_arch
 from envkit.model.solution import Query
@@ -93,8 +94,9 @@ def _gpu_of_arch(m: Matrix, text: str, arch: str) -> Gpu:
 
 _SPEC_EXAMPLES = {"torch": "2.4.1, 2.4, 2, '>=2.3,<2.5' or 2.4.1+cu124",
                   "flash-attn": "2.6.3, 2.6, 2 or '>=2.5,<2.7'",
-                  "vLLM": "0.6.3, 0.6 or '>=0.6,<0.8' ('>=0' for the newest)"}
-_PACKAGE = {"torch": r"torch", "flash-attn": r"flash[-_]attn", "vLLM": r"vllm"}
+                  "vLLM": "0.6.3, 0.6 or '>=0.6,<0.8' ('>=0' for the newest)",
+                  "TensorRT-LLM": "0.8.0, 0.19 or '>=0.15,<1'"}
+_PACKAGE = {"torch": r"torch", "flash-attn": r"flash[-_]attn", "vLLM": r"vllm", "TensorRT-LLM": r"tensorrt[-_]llm"}
 
 
 _LONG_NUMBER = re.compile(r"[0-9]{9,}", re.ASCII)  # no version part is that long; int() refuses 4300+ digits
@@ -199,6 +201,7 @@ def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Option
         q["kernels"] = _parse_kernels(f.kernels)
     if f.kernels_from is not None:
         q["kernels_from"] = _parse_kernels_from(m, f)
+    q.update(_parse_engine(m, f))
     query = Query(**q)
     _refuse_contradictions(m, query)
     return query
@@ -269,6 +272,53 @@ def _parse_kernels_from(m: Matrix, f: ResolveFlags) -> Version:
         raise InputError(f"--kernels-from {shown(f.kernels_from)} is not a flash-attn release in the matrix",
                          f"use one release, e.g. --kernels-from 2.7.4.post1 (known: {version_span(known)})")
     return v
+
+
+_PIP_ONLY = ("torch", "flash_attn", "kernels", "kernels_from", "rocm", "dtk")  # what a container engine brings itself
+
+
+def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
+    """--engine, --trtllm and --triton: which engine, and the pins that go with it; flags a container brings
+    itself (torch, flash-attn, the csrc kernels) or that name another engine are refused."""
+    out: dict[str, Any] = {}
+    engine = None if f.engine is None else f.engine.strip().lower()
+    if engine is not None:
+        if engine not in ENGINES:
+            close = difflib.get_close_matches(engine, ENGINES, n=1, cutoff=0.5)
+            raise InputError(f"unknown engine {shown(f.engine or '')} (--engine)",
+                             (f"did you mean {close[0]}? " if close else "") + f"use one of {', '.join(ENGINES)}")
+        out["engine"] = engine
+    container = engine in CONTAINER_ENGINES
+    if container:
+        given = [k for k in _PIP_ONLY if getattr(f, k) is not None]
+        if f.vllm is not None and engine != "triton-vllm":
+            given.append("vllm")
+        if f.platform is not None and f.platform.strip().lower() != "cuda":
+            given.append("platform")
+        if given:
+            flags = " and ".join(FLAG[k] for k in given)
+            raise InputError(f"--engine {engine} is a container that brings its own stack: {flags} cannot choose part of it",
+                             f"drop {flags}, or use --engine torch (the pip stack) to choose them")
+    if engine == "vllm" and f.vllm is None:
+        out["vllm"] = SpecifierSet()
+    if f.trtllm is not None:
+        if engine not in ("trtllm", "triton-trtllm"):
+            raise InputError("--trtllm picks a TensorRT-LLM release, which only --engine trtllm or triton-trtllm serves",
+                             "add --engine triton-trtllm (Triton's container) or --engine trtllm (trtllm-serve)")
+        spec, _ = _spec(f.trtllm, "TensorRT-LLM", "--trtllm")
+        if not any(spec.contains(r.version, prereleases=True) for r in m.trtllm):
+            raise InputError(f"no TensorRT-LLM release in the matrix matches {shown(f.trtllm)}",
+                             f"known releases: {version_span([r.version for r in m.trtllm])}")
+        out["trtllm"] = spec
+    if f.triton is not None:
+        if engine not in ("triton-trtllm", "triton-vllm", "fastertransformer"):
+            raise InputError("--triton picks a Triton container release, which only --engine triton-trtllm, triton-vllm "
+                             "or fastertransformer uses", "add --engine triton-trtllm, or drop --triton")
+        text = f.triton.strip()
+        if not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", text, re.ASCII):
+            raise InputError(f"--triton {shown(f.triton)} is not a Triton release", "write it as YY.MM, e.g. --triton 24.05")
+        out["triton"] = text
+    return out
 
 
 def local_builds(m: Matrix, local: str) -> tuple[str, frozenset[Version]]:

@@ -1,0 +1,281 @@
+"""The serving engines that come as containers: `--engine triton-trtllm | trtllm | triton-vllm | fastertransformer`.
+
+Each engine has candidates (a Triton container, or tensorrtllm_backend built on a Triton image, or the frozen
+FasterTransformer profile), newest first in the order envkit prefers them. `--trtllm`, `--triton` and `--vllm`
+choose among them; the GPU, the driver, `--python` and `--cuda` are rules each candidate is checked against. The
+answer is the first candidate with no conflict, else the conflicts of the candidate with the fewest (the nearest
+miss), each with its rule, its source and the fix that names a release that would fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from packaging.version import Version
+
+from envkit.core.resolve.query import release_starts_with
+from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend, release_key
+from envkit.model.matrix import CC, Matrix, sass_runs_on
+from envkit.model.solution import Conflict, Query, Result
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    image: TritonImage  # the container used as it is, or the -py3 image a backend is built on
+    build: str  # container | backend
+    workflow: str  # ensemble | trtllm-serve | vllm | fastertransformer
+    trtllm_version: Optional[Version] = None
+    backend: Optional[TrtllmBackend] = None
+
+    @property
+    def label(self) -> str:
+        if self.build == "backend" and self.backend is not None:
+            return f"tensorrtllm_backend {self.backend.version} on Triton {self.image.release}"
+        what = f" (TensorRT-LLM {self.trtllm_version})" if self.trtllm_version else f" (vLLM {self.image.vllm_version})" if self.image.vllm else ""
+        return f"Triton {self.image.release}-{self.image.flavor}{what}"
+
+
+def trtllm_row(m: Matrix, v: Optional[Version]) -> Optional[Trtllm]:
+    """The [[trtllm]] row of a release as a container names it (0.17.0.post1 is 0.17.0's row)."""
+    if v is None:
+        return None
+    exact = next((r for r in m.trtllm if r.version == v), None)
+    return exact or next((r for r in m.trtllm if r.version.release == v.release[:3] and not v.is_prerelease), None)
+
+
+def _removed(m: Matrix, v: Version, cc: CC) -> Optional[Trtllm]:
+    """The release whose notes removed this arch "in this and future releases", if it is v or older."""
+    return next((r for r in sorted(m.trtllm, key=lambda r: r.version) if r.version <= v and cc in r.archs_removed), None)
+
+
+def _serves(m: Matrix, v: Version) -> tuple[bool, bool]:
+    """(trtllm-serve is in release v, the answer rests on an earlier release's notes rather than v's own)."""
+    row = trtllm_row(m, v)
+    if row is not None and row.trtllm_serve is not None:
+        return row.trtllm_serve, False
+    first = min((r.version for r in m.trtllm if r.trtllm_serve), default=None)
+    return first is not None and v >= first, True
+
+
+def _py3(m: Matrix, release: str) -> Optional[TritonImage]:
+    return next((t for t in m.triton if t.flavor == "py3" and t.release == release), None)
+
+
+def _candidates(m: Matrix, engine: str) -> list[_Candidate]:
+    if engine == "triton-vllm":
+        return [_Candidate(t, "container", "vllm") for t in m.triton if t.flavor == "vllm-python-py3"]
+    if engine == "trtllm":
+        return [_Candidate(t, "container", "trtllm-serve", t.trtllm) for t in m.triton
+                if t.flavor == "trtllm-python-py3" and t.trtllm is not None and _serves(m, t.trtllm)[0]]
+    if engine == "fastertransformer":
+        ft = m.fastertransformer
+        rows = [_py3(m, r) for r in (ft.triton_releases if ft is not None else ())]
+        return sorted((_Candidate(t, "backend", "fastertransformer") for t in rows if t is not None),
+                      key=lambda c: c.image.key, reverse=True)
+    out = [_Candidate(t, "container", "ensemble", t.trtllm) for t in m.triton if t.flavor == "trtllm-python-py3" and t.trtllm]
+    for b in m.trtllm_backend:
+        base = _py3(m, b.base_release)
+        if b.ensemble and base is not None and b.base_image.endswith(f":{base.release}-py3"):
+            out.append(_Candidate(base, "backend", "ensemble", b.version, b))
+
+    def order(c: _Candidate) -> tuple[bool, Version, bool, tuple[int, int]]:
+        v = c.trtllm_version or Version("0")
+        return Version(v.base_version) in CARRIED_ENSEMBLES, v, c.build == "container", c.image.key
+    return sorted(out, key=order, reverse=True)
+
+
+def _chosen(q: Query, c: _Candidate) -> bool:
+    """The candidate is one the query's pins choose (--trtllm, --triton, --vllm)."""
+    if q.trtllm is not None and (c.trtllm_version is None or not q.trtllm.contains(c.trtllm_version, prereleases=True)):
+        return False
+    if q.triton is not None and c.image.release != q.triton:
+        return False
+    v = c.image.vllm_version
+    return not (q.vllm is not None and q.engine == "triton-vllm" and (v is None or not q.vllm.contains(v, prereleases=True)))
+
+
+def _cuda_row_version(text: Optional[str]) -> Optional[Version]:
+    if not text:
+        return None
+    v = Version(text)
+    return Version(f"{v.major}.{v.minor}")
+
+
+def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
+    g = q.gpu
+    if g is None:
+        return []
+    if g.vendor != "nvidia":
+        return [Conflict("engine.platform", f"--engine {q.engine} runs on NVIDIA GPUs; {g.name} is an {g.vendor.upper()} GPU",
+                         "use --engine torch or --engine vllm, which resolve ROCm and DTK stacks", c.image.source)]
+    cc = g.cc
+    assert cc is not None
+    out = []
+    t = c.image
+    if t.min_cc is not None and cc < t.min_cc:
+        out.append(Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {t.min_cc} and later; {g.name} is {g.arch}",
+                            "use an older Triton release (--triton YY.MM)", t.source))
+    cuda = _cuda_row_version(t.cuda)
+    tk = m.cuda_toolkit(cuda) if cuda is not None else None
+    if tk is not None and not tk.can_target(cc):
+        out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}, which cannot run code for {g.arch} ({g.name})",
+                            "use an older release", tk.source))
+    r = trtllm_row(m, c.trtllm_version)
+    if r is not None and c.trtllm_version is not None:
+        gone = _removed(m, c.trtllm_version, cc)
+        if gone is not None:
+            out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
+                                f"its {gone.version} release notes removed it in that and every later release",
+                                f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')", gone.source))
+        elif r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
+            out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
+                                f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source))
+    ft = m.fastertransformer
+    if c.workflow == "fastertransformer" and ft is not None and cc not in ft.sm:
+        out.append(Conflict("engine.legacy", f"FasterTransformer (archived {ft.archived}) builds for "
+                            f"{', '.join('sm_%d%d' % (a.major, a.minor) for a in ft.sm)}; {g.name} is {g.arch}",
+                            f"use its successor: {ft.successor}", ft.source))
+    return out
+
+
+def _driver_conflicts(q: Query, c: _Candidate) -> tuple[list[Conflict], Optional[str]]:
+    """A driver below the container's requirement is a conflict, unless the container's notes name the driver's
+    branch for data center GPUs (CUDA forward compatibility): then a note."""
+    d, t = q.driver, c.image
+    if d is None or t.driver is None or d >= t.driver:
+        return [], None
+    branch = next((x for x in t.datacenter_drivers if x.key[0] == d.key[0] and d >= x), None)
+    if branch is not None:
+        return [], (f"driver {d} is below Triton {t.release}'s {t.driver}: it runs through the container's CUDA "
+                    f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})")
+    return [Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}" + (
+        f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" if t.datacenter_drivers else "")
+        + f"; the driver is {d}", f"upgrade the driver to >= {t.driver}, or use an older release", t.source)], None
+
+
+def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
+    t, out = c.image, []
+    if q.python is not None and t.python is not None and not release_starts_with(t.python, q.python):
+        out.append(Conflict("engine.python", f"{c.label} has Python {t.python}, not {q.flags().get('python')}",
+                            f"use --python {t.python}, or another release", t.source))
+    if q.cuda is not None and (t.cuda is None or not release_starts_with(Version(t.cuda), q.cuda)):
+        out.append(Conflict("engine.cuda", f"{c.label} is built on CUDA {t.cuda or 'unknown'}, not {q.flags().get('cuda')}",
+                            f"use --cuda {_cuda_row_version(t.cuda) or '...'} or drop --cuda", t.source))
+    return out
+
+
+def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...]]:
+    driver, note = _driver_conflicts(q, c)
+    return _gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c), ((note,) if note else ())
+
+
+def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> EngineSolution:
+    engine = q.engine or ""
+    t = c.image
+    r = trtllm_row(m, c.trtllm_version)
+    out = list(notes)
+    sources = [t.source]
+    if r is not None:
+        sources.append(r.source)
+        if r.unknown:
+            out.append(f"TensorRT-LLM {r.version}: its release does not state {', '.join(r.unknown)} (not checked)")
+        if q.gpu is not None and not r.archs:
+            out.append(f"TensorRT-LLM {r.version}: no GPU list of its own release is in the matrix; {q.gpu.arch} is checked "
+                       f"against its CUDA and its release notes' removals only")
+    elif c.trtllm_version is not None:
+        out.append(f"TensorRT-LLM {c.trtllm_version} has no [[trtllm]] row: its GPU support is checked against its CUDA only")
+    if c.backend is not None:
+        sources.append(c.backend.source)
+        out.append(f"the image builds tensorrtllm_backend {c.backend.version} (its dockerfile/Dockerfile.trt_llm_backend) "
+                   f"on {c.backend.base_image}: carry the backend's source at tag v{c.backend.version} with its submodule")
+    if c.workflow == "ensemble":
+        carried = Version((c.trtllm_version or Version("0")).base_version) in CARRIED_ENSEMBLES
+        out.append("engines are built on the target GPU (trtllm-build): a TensorRT engine runs only on the GPU arch and "
+                   "TensorRT version it was built with; the bundle carries checkpoints, never engines")
+        if not carried:
+            out.append(f"envkit carries the ensemble model repository of TensorRT-LLM {', '.join(str(v) for v in sorted(CARRIED_ENSEMBLES))} "
+                       "only: generate refuses this one (use --trtllm with one of those)")
+    if t.driver is None:
+        out.append(f"Triton {t.release}-{t.flavor}: its driver requirement is not in the matrix (compatibility.md gives none): "
+                   "the driver is not checked")
+    if c.workflow == "trtllm-serve":
+        serves, inferred = _serves(m, c.trtllm_version or Version("0"))
+        if inferred:
+            out.append(f"TensorRT-LLM {c.trtllm_version}: trtllm-serve is taken from its introduction in an earlier release "
+                       "(its own notes do not name it)")
+    legacy = c.workflow == "fastertransformer"
+    sm: tuple[CC, ...] = ()
+    if legacy and m.fastertransformer is not None:
+        ft = m.fastertransformer
+        sources.append(ft.source)
+        sm = (q.gpu.cc,) if q.gpu is not None and q.gpu.cc is not None else ft.default_sm
+    image = t.image
+    return EngineSolution(engine=engine, gpu=q.gpu, image=image, build=c.build, triton=t, trtllm=r, backend=c.backend,
+                          min_driver=t.driver, workflow=c.workflow, notes=tuple(dict.fromkeys(out)),
+                          sources=tuple(dict.fromkeys(sources)), legacy=legacy, sm=sm)
+
+
+def _legacy_warning(m: Matrix, q: Query, successor: Callable[[], str]) -> str:
+    ft = m.fastertransformer
+    archived = ft.archived if ft is not None else "2023-10-19"
+    return (f"FasterTransformer is archived (last commit {archived}; NVIDIA: 'development has transitioned to TensorRT-LLM'): "
+            f"a legacy profile with no FP8 and no new GPU support; its successor for this query: {successor()}")
+
+
+def _successor(m: Matrix, q: Query) -> str:
+    alt = resolve_engine(m, replace(q, engine="triton-trtllm", triton=None, cuda=None, python=None, given=()))
+    if alt.engine is None:
+        ft = m.fastertransformer
+        return ft.successor if ft is not None else "TensorRT-LLM"
+    e = alt.engine
+    return f"{e.image} with TensorRT-LLM {e.trtllm.version if e.trtllm else (e.backend.version if e.backend else '?')} (--engine triton-trtllm)"
+
+
+def resolve_engine(m: Matrix, q: Query) -> Result:
+    """The newest candidate of q.engine with no conflict, or the conflicts of the nearest miss."""
+    engine = q.engine or ""
+    every = _candidates(m, engine)
+    chosen = [c for c in every if _chosen(q, c)]
+    if not chosen:
+        pins = " ".join(f"--{k} {v}" for k, v in q.given if k in ("trtllm", "triton", "vllm"))
+        have = sorted({c.label for c in every})
+        ft = m.fastertransformer
+        if engine == "fastertransformer" and ft is not None:
+            return Result(q, None, (Conflict("engine.legacy", f"FasterTransformer is archived ({ft.archived}): its Triton backend builds "
+                                             f"on Triton {', '.join(ft.triton_releases)} only, not {pins}",
+                                             f"use its successor: {_successor(m, q)}; or drop --triton", ft.source),),
+                          warnings=(_legacy_warning(m, q, lambda: _successor(m, q)),))
+        return Result(q, None, (Conflict("engine.no-release", f"no {engine} release matches {pins or 'the query'}",
+                                         f"use one of: {'; '.join(have[-6:]) or 'none in the matrix'}",
+                                         "doc:matrix.toml [[triton]], [[trtllm_backend]], [[trtllm]]"),))
+    warnings: tuple[str, ...] = ()
+    if engine == "fastertransformer":
+        warnings = (_legacy_warning(m, q, lambda: _successor(m, q)),)
+    best: Optional[tuple[list[Conflict], _Candidate]] = None
+    for c in chosen:
+        conflicts, notes = _check(m, q, c)
+        if not conflicts:
+            return Result(q, None, warnings=warnings, engine=_solution(m, q, c, notes))
+        if best is None or len(conflicts) < len(best[0]):
+            best = (conflicts, c)
+    assert best is not None
+    conflicts = best[0]
+    if engine != "fastertransformer":
+        fits = _fits_without(m, q, chosen)
+        if fits:
+            conflicts = [replace(x, fix=f"{x.fix}; {fits}") for x in conflicts]
+    else:
+        succ = _successor(m, q)
+        conflicts = [replace(x, fix=f"use its successor: {succ}" if x.rule == "engine.legacy" else f"{x.fix}; or use its successor: {succ}")
+                     for x in conflicts]
+    return Result(q, None, tuple(dict.fromkeys(conflicts)), warnings=warnings)
+
+
+def _fits_without(m: Matrix, q: Query, chosen: list[_Candidate]) -> str:
+    """The newest candidate that fits the GPU and the driver when the pins (--trtllm, --triton, --vllm) are dropped."""
+    free = replace(q, trtllm=None, triton=None, vllm=None if q.engine == "triton-vllm" else q.vllm)
+    for c in _candidates(m, q.engine or ""):
+        if not _check(m, free, c)[0]:
+            return f"{c.label} fits this GPU and driver"
+    return ""
+

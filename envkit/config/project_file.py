@@ -237,12 +237,12 @@ def _node_selector(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _toleration(i: int, row: Any) -> Toleration:
-    where = f"tolerations[{i}]"
+    where = f"item {i + 1}:"
     if not isinstance(row, dict):
         raise Invalid(f"{where} must be a table, got {_shown(row)}", _TOLERATION_FIX, at=(i,))
     unknown = sorted(set(row) - {"key", "operator", "value", "effect"})
     if unknown:
-        raise Invalid(f"{where} has the unknown key {_shown(unknown[0])} (allowed: effect, key, operator, value)",
+        raise Invalid(f"{where} unknown key {_shown(unknown[0])} (allowed: effect, key, operator, value)",
                       _TOLERATION_FIX, at=(i,))
     operator, effect, key, value = row.get("operator", "Equal"), row.get("effect"), row.get("key"), row.get("value")
     if operator not in OPERATORS:
@@ -253,13 +253,13 @@ def _toleration(i: int, row: Any) -> Toleration:
     if key is not None and (not isinstance(key, str) or not _label_key(key)):
         raise Invalid(f"{where} key {_shown(key)} is not a taint key (PREFIX/NAME, like nvidia.com/gpu)", _TOLERATION_FIX, at=(i,))
     if key is None and operator != "Exists":
-        raise Invalid(f"{where} has no key: only operator = \"Exists\" may leave it out (it tolerates every taint)",
+        raise Invalid(f"{where} no key, and only operator = \"Exists\" may leave it out (it tolerates every taint)",
                       _TOLERATION_FIX, at=(i,))
     if value is not None and (not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value)):
         raise Invalid(f"{where} value {_shown(value)} is not a taint value (at most 63 letters, digits, - _ .)",
                       _TOLERATION_FIX, at=(i,))
     if value is not None and operator == "Exists":
-        raise Invalid(f"{where} gives a value with operator = \"Exists\", which matches any value", "drop value, or use operator = \"Equal\"",
+        raise Invalid(f"{where} a value with operator = \"Exists\", which matches any value", "drop value, or use operator = \"Equal\"",
                       at=(i,))
     return Toleration(operator, key, value, effect)
 

@@ -26,10 +26,12 @@ from envkit.model.project import K8sSettings, Project, Target, Toleration
 
 SELFTEST_IN_IMAGE = "/opt/envkit/selftest.py"  # where render.py puts envkit/inimage/selftest.py in every image
 GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "dtk": "hygon.com/dcu"}
+NVIDIA_ENGINES = ("triton", "trtllm", "fastertransformer")  # engines that run on NVIDIA GPUs only
 DEFAULT_RUNTIME_CLASS = "nvidia"  # the NVIDIA GPU Operator's RuntimeClass; NVIDIA targets only
 DEFAULT_SHM = "16Gi"
 JOB_TTL_S = 86400  # a finished Job (and its log) stays a day for `kubectl logs`, then goes
 JOB_DEADLINE_S = 3600  # a hung self-test gives its GPUs back after an hour
+STARTUP_S = 1800  # how long tritonserver may take to load its model repository before it is restarted
 TRITON_PORTS = (("http-serving", 8000), ("grpc-serving", 8001), ("http-metrics", 8002))
 TRITON_SUFFIX = "-tritoninferenceserver"
 SELFTEST_SUFFIX = "-selftest"
@@ -56,7 +58,7 @@ def k8s_name(target: str, suffix: str) -> str:
 def platform_of(t: Target, gpu_targets: Collection[str]) -> str:
     """cpu, cuda, rocm or dtk. A target not in `gpu_targets` runs on CPUs; `gpu_targets` may map each GPU target to
     its solution's platform, which is then the answer; otherwise the target's flags say it (platform, a toolkit
-    flag, an sm_/gfx arch), and a GPU named by product alone is refused: its vendor is not in the flags."""
+    flag, an sm_/gfx arch, an NVIDIA-only engine), and a GPU named by product alone is refused: its vendor is not in the flags."""
     if t.name not in gpu_targets:
         return "cpu"
     if isinstance(gpu_targets, Mapping) and gpu_targets[t.name] in GPU_RESOURCE:
@@ -68,7 +70,7 @@ def platform_of(t: Target, gpu_targets: Collection[str]) -> str:
         if key in flags:
             return key
     gpu = flags.get("gpu", "").strip().lower()
-    if gpu.startswith("sm_") or "+cu" in flags.get("torch", ""):
+    if gpu.startswith("sm_") or "+cu" in flags.get("torch", "") or flags.get("engine", "").startswith(NVIDIA_ENGINES):
         return "cuda"
     if gpu.startswith("gfx") or "+rocm" in flags.get("torch", ""):
         return "rocm"
@@ -218,10 +220,11 @@ def triton(t: Target, platform: str, k: K8sSettings, gpus: int) -> list[dict[str
         "command": ["tritonserver", f"--model-repository={repo}", f"--http-port={http}", f"--grpc-port={TRITON_PORTS[1][1]}",
                     f"--metrics-port={TRITON_PORTS[2][1]}", "--allow-metrics=true"],
         "ports": [{"name": port_name, "containerPort": port, "protocol": "TCP"} for port_name, port in TRITON_PORTS],
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": http},
-                           "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": http},
-                          "initialDelaySeconds": 15, "periodSeconds": 10, "failureThreshold": 6},
+        # the server answers once its models are loaded: a large one may take minutes, which the startup probe allows
+        "startupProbe": {"httpGet": {"path": "/v2/health/live", "port": http}, "periodSeconds": 10,
+                         "failureThreshold": STARTUP_S // 10},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": http}, "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": http}, "periodSeconds": 10, "failureThreshold": 3},
     }
     resources = _resources(platform, gpus)
     if resources:

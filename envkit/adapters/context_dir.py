@@ -34,6 +34,12 @@ def load_templates(root: Optional[Path] = None) -> Templates:
     return Templates(fragments, scripts)
 
 
+def load_engine_templates(folder: str, root: Optional[Path] = None) -> dict[str, str]:
+    """The files of dockerfiles/triton/FOLDER (a backend's model repository, its LICENSE and SOURCE), by relative path."""
+    base = (root or templates_dir()) / "triton" / folder
+    return {p.relative_to(base).as_posix(): p.read_text(encoding="utf-8") for p in sorted(base.rglob("*")) if p.is_file()}
+
+
 GENERATED_LIST = "envkit/.generated"
 STAGING_PREFIX = ".envkit-staging-"
 

@@ -6,15 +6,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from envkit.adapters.context_dir import load_templates, write_tree
+from envkit.adapters.context_dir import load_engine_templates, load_templates, write_tree
 from envkit.app.serving import Prepared, carry
 from envkit.config import matrix_file
 from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
 from envkit.core.planner import base_os, plan
 from envkit.core.render import render
+from envkit.core.render_engine import render_engine, templates_for
 from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
+from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
@@ -66,6 +68,47 @@ def solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFl
 
 
 @dataclass(frozen=True)
+class GeneratedEngine:
+    """A container engine's context: the Dockerfile FROM the chosen container, the filled model repository and scripts."""
+    result: Result
+    files: dict[str, bytes]
+    command: str
+    out: Optional[str] = None
+
+    def to_json(self) -> dict[str, Any]:
+        assert self.result.engine is not None
+        return {"schema": 1, "engine": self.result.engine.to_json(), "warnings": list(self.result.warnings),
+                "command": self.command, "out": self.out, "files": sorted(self.files)}
+
+
+def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions) -> str:
+    parts = ["envkit", "generate", *flags.command_args()]
+    if site.given:
+        parts += ["--mirror", site.path]
+    if eopts.tp != EngineOptions().tp:
+        parts.append(f"--tp={eopts.tp}")
+    if eopts.max_batch_size != EngineOptions().max_batch_size:
+        parts.append(f"--max-batch-size={eopts.max_batch_size}")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def generate_engine(result: Result, flags: ResolveFlags, site: Site, opts: Options, eopts: EngineOptions,
+                    out: Optional[str], force: bool) -> GeneratedEngine:
+    """The context of a container engine; the pip-stack options (--toolkit, --serve, --host-march...) do not apply."""
+    sol = result.engine
+    assert sol is not None
+    if opts.serve is not None or opts.toolkit is not None:
+        raise InputError(f"--engine {sol.engine} is a container: --serve and --toolkit build pip stacks",
+                         "drop them (the container serves through its own server; see envkit/build-engine.sh in the context)")
+    folder = templates_for(sol)
+    templates = load_engine_templates(folder) if folder else {}
+    files = render_engine(sol, eopts, site, templates, _engine_command(flags, site, eopts))
+    if out is not None:
+        write_tree(out, files, force)
+    return GeneratedEngine(result, files, _engine_command(flags, site, eopts), out)
+
+
+@dataclass(frozen=True)
 class Generated:
     plan: BuildPlan
     result: Result
@@ -79,8 +122,8 @@ class Generated:
 
 def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
-             force: bool = False, serving: Optional[Prepared] = None,
-             say: Callable[[str], None] = lambda _: None) -> Union[Generated, Unsolved]:
+             force: bool = False, serving: Optional[Prepared] = None, engine_opts: EngineOptions = EngineOptions(),
+             say: Callable[[str], None] = lambda _: None) -> Union[Generated, GeneratedEngine, Unsolved]:
     """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole (and a serving image's
     model into its model/)."""
     if serving is not None:
@@ -106,6 +149,10 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
             opts = replace(opts, toolkit="pip")
     else:
         result, given = solve(m, flags, site)
+    if result.engine is not None:
+        if locked is not None:
+            raise InputError("--lock replays a pip stack; a container engine is named by its resolve flags", "drop --lock")
+        return generate_engine(result, given, site, opts, engine_opts, out, force)
     if result.solution is None:
         return Unsolved(result)
     p = plan(m, result.solution, site, opts)

@@ -11,6 +11,7 @@ from envkit import app, ui
 from envkit.cli import options as opt
 from envkit.cli.options import FORCE, finish, resolve_flags
 from envkit.errors import EXIT_BUG, EXIT_EXTERNAL, EXIT_NO_SOLUTION, InputError
+from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, Options
 
@@ -63,6 +64,8 @@ def generate(
     serve_arg: list[str] = opt.serve_arg(),
     model_mount: bool = opt.model_mount(),
     serve_port: int = opt.serve_port(),
+    tp: int = typer.Option(1, "--tp", help="--engine triton-trtllm/trtllm/fastertransformer: tensor-parallel GPUs (server ranks)"),
+    max_batch_size: int = typer.Option(64, "--max-batch-size", help="--engine triton-trtllm/trtllm: the server's max batch size"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
@@ -79,9 +82,13 @@ def generate(
 
     serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, say)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
-                         out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say)
-    if to_stdout and isinstance(g, app.generate.Generated):
+                         out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say,
+                         engine_opts=EngineOptions(tp=tp, max_batch_size=max_batch_size))
+    if to_stdout and isinstance(g, (app.generate.Generated, app.generate.GeneratedEngine)):
         sys.stdout.write(g.files["Dockerfile"].decode())
+        return
+    if isinstance(g, app.generate.GeneratedEngine):
+        finish(g, as_json, lambda g: ui.report.print_engine_context(g.result, g.out, sorted(g.files)))
         return
     finish(g, as_json, lambda g: ui.report.print_plan(g.plan, g.out, sorted(g.files)))
 

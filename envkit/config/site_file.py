@@ -29,7 +29,7 @@ need it and never written into a layer (model.site.BuildSecret).
     cert = "corp-root-ca.crt"                     # relative to this file
 
     [registry]
-    prefix = "registry.corp:5000"                 # docker.io/nvidia/cuda:X -> registry.corp:5000/nvidia/cuda:X
+    prefix = "registry.corp:5000"                 # docker.io/nvidia/cuda:X -> registry.corp:5000/nvidia/cuda:X; nvcr.io/nvidia/tritonserver:T -> registry.corp:5000/nvidia/tritonserver:T
 
     [images]                                      # any base image -> the site's own name or digest
     "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04" = "registry.corp:5000/cuda@sha256:..."

@@ -9,6 +9,7 @@ from typing import Any, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from envkit.errors import InputError
 from envkit.model.matrix import CC, Driver, Gpu
 
 ENGINES = ("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
@@ -169,3 +170,18 @@ class EngineSolution:
             "notes": list(self.notes),
             "sources": list(self.sources),
         }
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the server is laid out: tensor-parallel ranks (GPUs), Triton's max batch size, and whether the
+    tensorrt_llm model is decoupled (streams tokens: generate_stream)."""
+    tp: int = 1
+    max_batch_size: int = 64
+    decoupled: bool = True
+
+    def check(self) -> None:
+        if self.tp < 1 or self.tp > 64:
+            raise InputError(f"--tp {self.tp} is not a tensor-parallel size", "give the number of GPUs, 1 to 64 (e.g. --tp 2)")
+        if self.max_batch_size < 1 or self.max_batch_size > 4096:
+            raise InputError(f"--max-batch-size {self.max_batch_size} is out of range", "give 1 to 4096 (e.g. --max-batch-size 64)")

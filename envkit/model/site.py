@@ -76,4 +76,6 @@ class Site:
             return f"{self.registry_prefix}/{ref}"
         if self.registry_prefix and ref.startswith("docker.io/"):
             return f"{self.registry_prefix}/{ref[len('docker.io/'):]}"
+        if self.registry_prefix and ref.startswith("nvcr.io/"):  # NGC's images, pushed under their own path
+            return f"{self.registry_prefix}/{ref[len('nvcr.io/'):]}"
         return ref

@@ -80,6 +80,16 @@ def _print_engine(c: Console, d: dict[str, Any]) -> None:
         c.print(f"  note: {escape(n)}")
 
 
+def print_engine_context(result: Result, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
+    """What generate wrote for a container engine: the answer, then the files."""
+    c = console or _console()
+    print_result(result, c)
+    c.print(f"{'wrote' if out else 'would write'} {len(files)} files" + (f" to {_e(out)}" if out else "") + ": "
+            + _e(", ".join(f for f in files if not f.startswith("model_repo/")))
+            + (f" and the model repository ({sum(f.startswith('model_repo/') for f in files)} files in model_repo/)"
+               if any(f.startswith("model_repo/") for f in files) else ""))
+
+
 def print_result(result: Result, console: Optional[Console] = None) -> None:
     c = console or _console()
     if result.solution is not None:

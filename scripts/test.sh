@@ -11,6 +11,7 @@ PY=${PYTHON:-python3}
 ./scripts/make-base-image.sh docker.io/library/ubuntu:24.04   # the CUDA 13.0 image's OS (tests/integration/test_cuda_image.py)
 ./scripts/start-podman.sh
 ./scripts/start-vllm-env.sh
+./scripts/start-triton-env.sh
 command -v docker-registry > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry > /dev/null  # push tests
 .venv/bin/envkit matrix check
 .venv/bin/envkit matrix refresh --check

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent
 REPO = ROOT.parent
 GOLD = ROOT / "golden" / "export"
 PROJECT = "tests/golden/export/envkit.toml"
-FILES = {"github": "github-workflow.yml", "gitlab": "gitlab-ci.yml", "bake": "docker-bake.json", "json": "targets.json"}
+FILES = {"github": "github-workflow.yml", "gitlab": "gitlab-ci.yml", "bake": "docker-bake.json", "json": "targets.json", "k8s": "k8s-manifests.yaml"}
 # bake's HCL/JSON target attributes, from docs.docker.com/build/bake/reference/ (target block)
 BAKE_TARGET_ATTRS = {"args", "annotations", "attest", "cache-from", "cache-to", "call", "context", "contexts", "description",
                      "dockerfile-inline", "dockerfile", "entitlements", "extra-hosts", "inherits", "labels", "matrix", "name",

@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY: dict[str, set[str]] = {
     "errors": set(), "data": set(), "inimage": set(),
     "model": {"packaging", "tomli"}, "core": {"packaging", "yaml"}, "config": {"packaging", "tomli"},
-    "adapters": {"packaging", "docker", "requests"}, "matrixgen": {"packaging", "requests", "yaml"},
+    "adapters": {"packaging", "docker", "requests"}, "matrixgen": {"packaging", "requests", "yaml", "tomli"},
     "app": {"packaging"}, "ui": {"packaging", "rich", "matplotlib"}, "cli": {"typer"},
 }
 # The values and the pure core touch no process, file system, network or thread.

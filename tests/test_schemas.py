@@ -731,4 +731,4 @@ def test_the_schemas_name_the_resolve_flags_model_flags_declares():
             assert values == (list(FLAG_ORDER) if kind == "keys" else list(FLAG.values())), (name, kind)
     target = load("project")["properties"]["target"]["items"]["properties"]
     assert set(FLAG_ORDER) <= set(target) and set(target) - set(FLAG_ORDER) == {"name", "offline", "mirror", "tag", "runner", "serve", "served_model_name",
-                                                                      "serve_args", "model_mount"}
+                                                                      "serve_args", "model_mount", "k8s"}

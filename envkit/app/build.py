@@ -15,7 +15,7 @@ from envkit.adapters.engine import Engine, SecretFiles
 from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
-from envkit.app.generate import generate
+from envkit.app.generate import generate, generate_pip
 from envkit.app.lock import check_bundle, check_mirror_build
 from envkit.app.reporter import Reporter, Silent
 from envkit.app.serving import ServeRequest, prepare
@@ -177,11 +177,11 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
         if not req.mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
         if req.locked:  # checked before the context is written
-            pre = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit))
+            pre = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit))
             if isinstance(pre, Unsolved):
                 return pre
             check_mirror_build(pre.plan, req.lock, reporter.say)
-        g = generate(req.flags, matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
+        g = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
                      out=req.out)
         if isinstance(g, Unsolved):
             return g

@@ -15,7 +15,7 @@ from envkit.adapters.bundle_dir import MANIFEST, OldManifest, image_reusable, re
 from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import download, get_text
-from envkit.app.generate import Generated, generate
+from envkit.app.generate import Generated, generate_pip
 from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
 from envkit.app.serving import Prepared, carry
@@ -171,7 +171,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                 serving: Optional[Prepared] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
-    g = generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit), serving=serving)
+    g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit), serving=serving)
     if isinstance(g, Unsolved):
         return g
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images

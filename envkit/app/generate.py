@@ -124,6 +124,22 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
              force: bool = False, serving: Optional[Prepared] = None, engine_opts: EngineOptions = EngineOptions(),
              say: Callable[[str], None] = lambda _: None) -> Union[Generated, GeneratedEngine, Unsolved]:
+    return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None)
+
+
+def generate_pip(flags: ResolveFlags, *, command: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
+                 mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None, force: bool = False,
+                 serving: Optional[Prepared] = None) -> Union[Generated, Unsolved]:
+    """generate for the commands that build, bundle or lock a pip stack: a container engine is refused before a file is
+    written (its image is NVIDIA's, pulled through the site's registry)."""
+    g = _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, EngineOptions(), lambda _: None, command)
+    assert not isinstance(g, GeneratedEngine)
+    return g
+
+
+def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[str], mirror: Optional[str], opts: Options,
+              out: Optional[str], force: bool, serving: Optional[Prepared], engine_opts: EngineOptions,
+              say: Callable[[str], None], pip_only: Optional[str]) -> Union[Generated, GeneratedEngine, Unsolved]:
     """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole (and a serving image's
     model into its model/)."""
     if serving is not None:
@@ -150,6 +166,11 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
     else:
         result, given = solve(m, flags, site)
     if result.engine is not None:
+        if pip_only is not None:
+            raise InputError(f"envkit {pip_only} makes pip stacks; --engine {result.engine.engine} is NVIDIA's container "
+                             f"({result.engine.image}), pulled through the site's registry",
+                             "use envkit generate with the same flags (its Dockerfile starts FROM that container), "
+                             "or --engine torch / --engine vllm for a stack envkit builds")
         if locked is not None:
             raise InputError("--lock replays a pip stack; a container engine is named by its resolve flags", "drop --lock")
         return generate_engine(result, given, site, opts, engine_opts, out, force)

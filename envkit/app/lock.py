@@ -16,7 +16,7 @@ from envkit.adapters import pip
 from envkit.adapters.bundle_dir import read_manifest
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.adapters.fetch import sha256_file
-from envkit.app.generate import Generated, generate
+from envkit.app.generate import Generated, generate_pip
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import matrix_file
 from envkit.config.lockfile import LOCK_NAME, check_lock, matrix_sha256, read_lock
@@ -144,7 +144,7 @@ def make_lock_file(flags: ResolveFlags, *, out: str = LOCK_NAME, matrix_path: Op
                    runner: PipRunner = pip.run) -> Union[Locked, Unsolved]:
     """Resolve, plan (against the site's mirrors when given), pin every wheel and base image, write the lock."""
     path = _writable(out)
-    g = generate(flags, matrix_path=matrix_path, mirror=mirror, opts=Options())
+    g = generate_pip(flags, command="lock", matrix_path=matrix_path, mirror=mirror, opts=Options())
     if isinstance(g, Unsolved):
         return g
     base = Lock.from_json(json.loads(g.files[LOCK_NAME]))

@@ -161,11 +161,12 @@ def _wheel(project: Project, req: EnvkitRequirement) -> WheelInstall:
     return WheelInstall(path, sha256_file(Path(path)))
 
 
-def _solve_targets(project: Project, matrix_path: Optional[str]) -> tuple[list[str], list[tuple[str, Result]]]:
-    """Every target resolved: the names of those that need a GPU, and those without a solution. Bad flags of any
-    target are one InputError naming every such target."""
+def _solve_targets(project: Project, matrix_path: Optional[str], fmt: str = "json") -> tuple[dict[str, str], list[tuple[str, Result]]]:
+    """Every target resolved: the platform of each that needs a GPU (by name), and those without a solution. Bad flags
+    of any target are one InputError naming every such target. A container engine's target (--engine trtllm,
+    triton-*) is a CUDA target that only the k8s and json exports take: envkit builds no image for it."""
     m = matrix_file.load(matrix_path)
-    gpu: list[str] = []
+    gpu: dict[str, str] = {}
     unsolved: list[tuple[str, Result]] = []
     bad: list[InputError] = []
     for t in project.targets:
@@ -174,10 +175,17 @@ def _solve_targets(project: Project, matrix_path: Optional[str]) -> tuple[list[s
         except InputError as exc:
             bad.append(InputError(f"target {t.name}: {exc.message}", exc.fix))
             continue
-        if result.solution is None:
+        if result.engine is not None:
+            if fmt not in ("k8s", "json"):
+                bad.append(InputError(f"target {t.name}: engine {result.engine.engine} is NVIDIA's container, which "
+                                      f"{fmt} jobs cannot build with envkit build",
+                                      "export it with --format k8s (its server or self-test job), or generate its context with envkit generate"))
+                continue
+            gpu[t.name] = "cuda"
+        elif result.solution is None:
             unsolved.append((t.name, result))
         elif result.solution.platform != "cpu":
-            gpu.append(t.name)
+            gpu[t.name] = result.solution.platform
     if bad:
         raise InputError(f"{project.path}: " + "; ".join(e.message for e in bad), "; ".join(dict.fromkeys(e.fix for e in bad if e.fix)))
     return gpu, unsolved
@@ -200,7 +208,7 @@ def export_project(project: str, fmt: str, contexts: str, out: Optional[str],
             raise export_core.missing_install(p)
         export_core.check_text("[ci] envkit", req.text)
         install = _wheel(p, req) if req.kind == "wheel" else req
-    gpu, unsolved = _solve_targets(p, matrix_path)
+    gpu, unsolved = _solve_targets(p, matrix_path, fmt)
     if unsolved:
         return ExportUnsolved(tuple(unsolved))
     text = export_core.export(p, fmt, contexts, install, gpu)

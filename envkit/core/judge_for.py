@@ -33,17 +33,19 @@ def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
         asked["driver"] = host.driver
     result = resolve(m, parse_query(m, ResolveFlags.from_mapping(asked)))
     shown = " ".join(f"{FLAG[k]} {v}" for k, v in asked.items())
-    if result.solution is None:
+    if not result.ok:
         return [Finding("error", c.rule, f"asked: {shown}", c.message, c.fix, c.source) for c in result.conflicts]
-    s = result.solution.flat()
+    s = result.flat()
+    sol = result.solution
+    sources = sol.sources if sol is not None else result.engine.sources if result.engine is not None else ()
     extra = []
     nv = host.nvcc
     nv_major = _major(nv) if nv else None
-    if flags.kernels and nv_major is not None and result.solution.platform == "cuda" and result.solution.toolkit is not None \
-            and nv_major != result.solution.toolkit.major:
-        extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {result.solution.toolkit}",
+    if sol is not None and flags.kernels and nv_major is not None and sol.platform == "cuda" and sol.toolkit is not None \
+            and nv_major != sol.toolkit.major:
+        extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {sol.toolkit}",
                              "extensions must be compiled with the CUDA major torch was built with",
-                             f"build the kernels in the CUDA {result.solution.toolkit} devel image (envkit generate {shown})",
+                             f"build the kernels in the CUDA {sol.toolkit} devel image (envkit generate {shown})",
                              "https://github.com/pytorch/pytorch/issues/136845"))
     if not cpu and not host.gpus and not host.dcu_name:
         # newcomer review 2: "this stack resolves on this host" was said of a host with no GPU, which proves nothing
@@ -54,4 +56,4 @@ def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
                                 f"run envkit doctor --for on the GPU host; to plan for another host, envkit resolve {shown}",
                                 "doc:envkit doctor")]
     return extra + [Finding("info", "for.works", f"asked: {shown}", "this stack resolves on this host: " + ", ".join(f"{k} {v}" for k, v in s.items()),
-                    "envkit generate " + shown, result.solution.sources[0] if result.solution.sources else "doc:matrix.toml")]
+                    "envkit generate " + shown, sources[0] if sources else "doc:matrix.toml")]

@@ -259,7 +259,7 @@ def render_engine(sol: EngineSolution, opts: EngineOptions, site: Site, template
         for rel in NOTICES:
             if rel in templates:
                 files[f"envkit/third_party/{folder}/{rel}"] = templates[rel]
-    for name, text in (("envkit/build-backend.sh", build_backend_script(sol, site)), ("envkit/build-engine.sh", build_engine_script(sol, opts))):
-        if text is not None:
-            files[name] = text
+    for name, script in (("envkit/build-backend.sh", build_backend_script(sol, site)), ("envkit/build-engine.sh", build_engine_script(sol, opts))):
+        if script is not None:
+            files[name] = script
     return {k: v.encode() for k, v in sorted(files.items())}

@@ -8,8 +8,8 @@ from typing import Any, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.model.flags import FLAG
 from envkit.model.engines import EngineSolution
+from envkit.model.flags import FLAG
 from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, ToolkitWheel, TorchBuild, Vllm, dtk_text
 
 

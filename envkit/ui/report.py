@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from packaging.version import Version
 from rich.console import Console

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from packaging.version import Version
 
 from envkit.core.resolve.query import release_starts_with
-from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend, release_key
+from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import CC, Matrix, sass_runs_on
 from envkit.model.solution import Conflict, Query, Result
 
@@ -59,6 +59,15 @@ def _serves(m: Matrix, v: Version) -> tuple[bool, bool]:
 
 def _py3(m: Matrix, release: str) -> Optional[TritonImage]:
     return next((t for t in m.triton if t.flavor == "py3" and t.release == release), None)
+
+
+def _gpu_requirement(m: Matrix, t: TritonImage) -> Optional[TritonImage]:
+    """The release notes that state a container's minimum compute capability: its own release's, else the newest
+    earlier release's that states one (the minimum has only risen: 6.0 to 7.5 in 25.01)."""
+    if t.min_cc is not None:
+        return t
+    stated = [x for x in m.triton if x.flavor == "py3" and x.min_cc is not None and x.key <= t.key]
+    return max(stated, key=lambda x: x.key, default=None)
 
 
 def _candidates(m: Matrix, engine: str) -> list[_Candidate]:
@@ -112,24 +121,48 @@ def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
     assert cc is not None
     out = []
     t = c.image
-    if t.min_cc is not None and cc < t.min_cc:
-        out.append(Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {t.min_cc} and later; {g.name} is {g.arch}",
-                            "use an older Triton release (--triton YY.MM)", t.source))
+    notes = _gpu_requirement(m, t)
+    if notes is not None and notes.min_cc is not None and cc < notes.min_cc:
+        since = "" if notes.release == t.release else f" (its {notes.release} notes raised it; no release lowers it again)"
+        out.append(Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {notes.min_cc} and later{since}; "
+                            f"{g.name} is {g.arch}", "use an older Triton release (--triton YY.MM)", notes.source))
     cuda = _cuda_row_version(t.cuda)
     tk = m.cuda_toolkit(cuda) if cuda is not None else None
     if tk is not None and not tk.can_target(cc):
         out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}, which cannot run code for {g.arch} ({g.name})",
                             "use an older release", tk.source))
-    r = trtllm_row(m, c.trtllm_version)
-    if r is not None and c.trtllm_version is not None:
+    elif tk is None and cuda is not None:  # a CUDA newer than the matrix's rows: an arch its major already dropped stays dropped
+        below = max((x for x in m.cuda if x.version.major == cuda.major and x.version < cuda), key=lambda x: x.version, default=None)
+        if below is not None and below.archs and cc < min(below.archs):
+            out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}: CUDA {below.version} already builds for "
+                                f"sm_{min(below.archs).major}{min(below.archs).minor} and newer only, and {g.name} is {g.arch}",
+                                "use an older release", below.source))
+    if c.trtllm_version is not None:
+        r = trtllm_row(m, c.trtllm_version)
         gone = _removed(m, c.trtllm_version, cc)
         if gone is not None:
             out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
                                 f"its {gone.version} release notes removed it in that and every later release",
                                 f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')", gone.source))
-        elif r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
+        elif r is not None and r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
             out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
                                 f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source))
+        elif (r is None or not r.archs) and any(x.archs for x in m.trtllm) and cc < min(a for x in m.trtllm for a in x.archs):
+            # older than every documented list (newer archs are left to the CUDA check and the release notes)
+            listed = [x for x in m.trtllm if x.archs]
+            out.append(Conflict("engine.gpu-arch", f"no TensorRT-LLM release lists {g.arch} ({g.name}) or an older arch among its GPUs "
+                                f"(the lists of {', '.join(str(x.version) for x in listed)} start at "
+                                f"sm_{min(a for x in listed for a in x.archs).major}{min(a for x in listed for a in x.archs).minor})",
+                                "use --engine vllm or --engine torch on this GPU", listed[0].source if listed else t.source))
+    if c.workflow == "vllm" and t.vllm is not None and Version(t.vllm).local is None:  # PyPI's wheel, as its [[vllm]] row knows it
+        v = next((x for x in m.vllm if x.version == Version(t.vllm)), None)
+        if v is not None and v.runs_on_cc(cc) is None:
+            out.append(Conflict("engine.gpu-arch", f"no source envkit holds states which GPU archs vLLM {v.version} (in {c.label}) "
+                                f"was built for: {g.arch} cannot be confirmed", "use a newer --triton, or --engine torch", v.source))
+        elif v is not None and v.runs_on_cc(cc) is False:
+            out.append(Conflict("engine.gpu-arch", f"vLLM {v.version} (in {c.label}) is built for sm_{v.min_cc.major}{v.min_cc.minor} "
+                                f"and newer; {g.name} is {g.arch}" if v.min_cc else f"vLLM {v.version} does not run on {g.arch}",
+                                "use --engine torch on this GPU", v.source))
     ft = m.fastertransformer
     if c.workflow == "fastertransformer" and ft is not None and cc not in ft.sm:
         out.append(Conflict("engine.legacy", f"FasterTransformer (archived {ft.archived}) builds for "
@@ -155,7 +188,10 @@ def _driver_conflicts(q: Query, c: _Candidate) -> tuple[list[Conflict], Optional
 
 def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
     t, out = c.image, []
-    if q.python is not None and t.python is not None and not release_starts_with(t.python, q.python):
+    if q.python is not None and t.python is None:
+        out.append(Conflict("engine.python", f"{c.label}: its Python is not in the matrix, so Python {q.flags().get('python')} "
+                            "cannot be confirmed", "drop --python (the container's own Python is used)", t.source))
+    elif q.python is not None and t.python is not None and not release_starts_with(t.python, q.python):
         out.append(Conflict("engine.python", f"{c.label} has Python {t.python}, not {q.flags().get('python')}",
                             f"use --python {t.python}, or another release", t.source))
     if q.cuda is not None and (t.cuda is None or not release_starts_with(Version(t.cuda), q.cuda)):

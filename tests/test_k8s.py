@@ -206,15 +206,12 @@ def test_triton_needs_its_model_repository_on_the_claim():
         export_core.k8s(_triton_project(model_repository="/models"), {"bloom-7b1": "cuda"})
 
 
-@pytest.mark.skipif("engine" not in project_file.RESOLVE_KEYS, reason="the engine resolve flag is not in this tree yet")
 def test_a_triton_target_of_the_project_file_through_the_cli(tmp_path):
     f = tmp_path / "envkit.toml"
     f.write_text('[k8s]\nmodel_pvc = "bloom7b1-pvc:/mnt"\nmodel_repository = "/mnt/triton_repo"\n'
                  '[[target]]\nname = "bloom-7b1"\ngpu = "H100"\nengine = "triton-trtllm"\noffline = true\n'
                  '[target.k8s]\ngpus = 2\n', encoding="utf-8")
     p = cli("matrix", "export", "--format", "k8s", "--project", str(f))
-    if p.returncode == 1 and "without a solution" in p.stderr:  # the engine's solutions reach the export later
-        pytest.skip("the export does not resolve a triton-trtllm target in this tree yet")
     assert p.returncode == 0, p.stderr
     docs = _by_name(_strict(p.stdout))
     assert set(docs) == {"Deployment/bloom-7b1-tritoninferenceserver", "Service/bloom-7b1-tritoninferenceserver"}

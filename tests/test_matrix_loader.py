@@ -64,7 +64,7 @@ def test_no_string_in_the_shipped_matrix_names_developer_notes() -> None:
         elif isinstance(v, str):
             strings.append(v)
     assert len(strings) > 1000
-    assert [s for s in strings if "shared/" in s or "notes/" in s] == []
+    assert [s for s in strings if "shared/" in s or re.search(r"(?<![\w-])notes/", s)] == []  # NVIDIA's release-notes/ pages are fine
 
 
 def test_every_bad_row_is_reported_with_its_line() -> None:

@@ -15,6 +15,7 @@ from envkit.core.planner import base_os, plan
 from envkit.core.render import render
 from envkit.core.render_engine import render_engine, templates_for
 from envkit.core.resolve import parse_query, resolve
+from envkit.core.resolve.engines import wheel_base
 from envkit.errors import InputError
 from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
@@ -89,10 +90,12 @@ def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions) -> st
         parts.append(f"--tp={eopts.tp}")
     if eopts.max_batch_size != EngineOptions().max_batch_size:
         parts.append(f"--max-batch-size={eopts.max_batch_size}")
+    if eopts.from_wheel:
+        parts.append("--from-wheel")
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def generate_engine(result: Result, flags: ResolveFlags, site: Site, opts: Options, eopts: EngineOptions,
+def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, opts: Options, eopts: EngineOptions,
                     out: Optional[str], force: bool) -> GeneratedEngine:
     """The context of a container engine; the pip-stack options (--toolkit, --serve, --host-march...) do not apply."""
     sol = result.engine
@@ -100,9 +103,11 @@ def generate_engine(result: Result, flags: ResolveFlags, site: Site, opts: Optio
     if opts.serve is not None or opts.toolkit is not None:
         raise InputError(f"--engine {sol.engine} is a container: --serve and --toolkit build pip stacks",
                          "drop them (the container serves through its own server; see envkit/build-engine.sh in the context)")
-    folder = templates_for(sol)
+    wheel = wheel_base(m, sol) if eopts.from_wheel else None
+    folder = None if wheel is not None else templates_for(sol)
     templates = load_engine_templates(folder) if folder else {}
-    files = render_engine(sol, eopts, site, templates, _engine_command(flags, site, eopts))
+    files = render_engine(sol, eopts, site, templates, _engine_command(flags, site, eopts), wheel,
+                          load_templates().scripts["apply-site.sh"] if wheel is not None and site.given else b"")
     if out is not None:
         write_tree(out, files, force)
     return GeneratedEngine(result, files, _engine_command(flags, site, eopts), out)
@@ -173,7 +178,7 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
                              "or --engine torch / --engine vllm for a stack envkit builds")
         if locked is not None:
             raise InputError("--lock replays a pip stack; a container engine is named by its resolve flags", "drop --lock")
-        return generate_engine(result, given, site, opts, engine_opts, out, force)
+        return generate_engine(m, result, given, site, opts, engine_opts, out, force)
     if result.solution is None:
         return Unsolved(result)
     p = plan(m, result.solution, site, opts)

@@ -66,6 +66,7 @@ def generate(
     serve_port: int = opt.serve_port(),
     tp: int = typer.Option(1, "--tp", help="--engine triton-trtllm/trtllm/fastertransformer: tensor-parallel GPUs (server ranks)"),
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="--engine triton-trtllm/trtllm: the server's max batch size"),
+    from_wheel: bool = typer.Option(False, "--from-wheel", help="--engine trtllm: TensorRT-LLM's wheel (NVIDIA's index, or the site's [rewrite] of it) on NVIDIA's CUDA image"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
@@ -83,7 +84,7 @@ def generate(
     serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, say)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
                          out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say,
-                         engine_opts=EngineOptions(tp=tp, max_batch_size=max_batch_size))
+                         engine_opts=EngineOptions(tp=tp, max_batch_size=max_batch_size, from_wheel=from_wheel))
     if to_stdout and isinstance(g, (app.generate.Generated, app.generate.GeneratedEngine)):
         sys.stdout.write(g.files["Dockerfile"].decode())
         return

@@ -40,7 +40,7 @@ from envkit.model.plan import (
     UninstallStep,
     VenvStep,
 )
-from envkit.model.site import BuildSecret
+from envkit.model.site import BuildSecret, Site
 
 STAGE_WHY = {
     "build": "devel image; compiles what must be compiled, installs everything into one venv",
@@ -70,14 +70,18 @@ def json_bytes(doc: Mapping[str, Any]) -> bytes:
 
 
 def _site_env(plan: BuildPlan) -> bytes:
-    s = plan.site
+    return site_env(plan.site, plan.options.offline)
+
+
+def site_env(s: Site, offline: bool) -> bytes:
+    """site.env, read by apply-site.sh: the apt mirror and what to remove of the image's own sources."""
     hosts = sorted(h for h in s.hosts() if h)
     lines = [
         "# envkit site settings, read by apply-site.sh",
-        f"OFFLINE={1 if plan.options.offline else 0}",
-        f"REMOVE_VENDOR_LISTS={1 if (s.remove_vendor_lists or plan.options.offline) else 0}",
+        f"OFFLINE={1 if offline else 0}",
+        f"REMOVE_VENDOR_LISTS={1 if (s.remove_vendor_lists or offline) else 0}",
     ]
-    if not plan.options.offline and s.apt_mirror:
+    if not offline and s.apt_mirror:
         lines += [f"APT_MIRROR='{s.apt_mirror}'", f"APT_SECURITY='{s.apt_security or s.apt_mirror}'",
                   f"APT_DEBIAN_SECURITY='{s.apt_security or s.apt_mirror + '-security'}'",
                   "SITE_HOSTS_RE='" + "|".join(f"https?://{re.escape(h)}[:/]" for h in hosts) + "'"]
@@ -85,8 +89,12 @@ def _site_env(plan: BuildPlan) -> bytes:
 
 
 def _pip_conf(plan: BuildPlan) -> bytes | None:
-    s = plan.site
-    if plan.options.offline:
+    return pip_conf(plan.site, plan.options.offline)
+
+
+def pip_conf(s: Site, offline: bool) -> bytes | None:
+    """/etc/pip.conf of a site (or of an offline build: the wheelhouse alone)."""
+    if offline:
         return f"[global]\nno-index = true\nfind-links = {WHEELHOUSE}\n".encode()
     if not (s.pip_index or s.extra_index_urls or s.ca_cert):
         return None

@@ -110,6 +110,19 @@ class FasterTransformer:
     source: str
 
 
+NVIDIA_INDEX = "https://pypi.nvidia.com"  # where TensorRT-LLM's real wheels are (PyPI holds stubs that fetch from it)
+
+
+@dataclass(frozen=True)
+class WheelBase:
+    """What `generate --from-wheel` builds TensorRT-LLM's wheel on: a CUDA runtime image of the release's CUDA, its
+    OS's Python (one of the release's wheel Pythons)."""
+    image: str
+    cuda: str
+    python: Version
+    source: str
+
+
 @dataclass(frozen=True)
 class EngineSolution:
     """What `--engine trtllm|triton-trtllm|triton-vllm|fastertransformer` resolves to: the image to build FROM (or the
@@ -179,6 +192,7 @@ class EngineOptions:
     tp: int = 1
     max_batch_size: int = 64
     decoupled: bool = True
+    from_wheel: bool = False  # --engine trtllm: TensorRT-LLM's wheel on NVIDIA's CUDA image instead of Triton's container
 
     def check(self) -> None:
         if self.tp < 1 or self.tp > 64:

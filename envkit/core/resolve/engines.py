@@ -14,7 +14,8 @@ from typing import Callable, Optional
 from packaging.version import Version
 
 from envkit.core.resolve.query import release_starts_with
-from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend
+from envkit.errors import InputError
+from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend, WheelBase
 from envkit.model.matrix import CC, Matrix, sass_runs_on
 from envkit.model.solution import Conflict, Query, Result
 
@@ -315,3 +316,24 @@ def _fits_without(m: Matrix, q: Query, chosen: list[_Candidate]) -> str:
             return f"{c.label} fits this GPU and driver"
     return ""
 
+
+def wheel_base(m: Matrix, sol: EngineSolution) -> WheelBase:
+    """The CUDA runtime image a trtllm-serve image installs TensorRT-LLM's wheel on (generate --from-wheel): the [[cuda]]
+    row of the release's own CUDA, whose OS Python is one its wheels are built for. Refused (exit 2) when the release
+    does not state its CUDA or no such row exists."""
+    r = sol.trtllm
+    if sol.workflow != "trtllm-serve" or r is None:
+        raise InputError("--from-wheel installs TensorRT-LLM's wheel for trtllm-serve", "use it with --engine trtllm")
+    if r.cuda is None:
+        known = [str(x.version) for x in m.trtllm if x.cuda is not None and _serves(m, x.version)[0]]
+        raise InputError(f"TensorRT-LLM {r.version}'s release does not state its CUDA, so no CUDA image can be chosen for its wheel",
+                         f"pick a release that does with --trtllm ({', '.join(known)}), or drop --from-wheel (Triton's container)")
+    tk = m.cuda_toolkit(Version(f"{r.cuda.major}.{r.cuda.minor}"))
+    osr = m.os_release(tk.os) if tk is not None else None
+    if tk is None or osr is None:
+        raise InputError(f"the matrix has no CUDA {r.cuda.major}.{r.cuda.minor} image for TensorRT-LLM {r.version}'s wheel",
+                         "drop --from-wheel (Triton's container)")
+    if r.python and osr.python not in r.python:
+        raise InputError(f"TensorRT-LLM {r.version}'s wheels are for Python {', '.join(str(p) for p in r.python)}; "
+                         f"{tk.runtime_image} has Python {osr.python}", "drop --from-wheel (Triton's container)")
+    return WheelBase(tk.runtime_image, str(tk.version), osr.python, tk.source)

@@ -769,6 +769,12 @@ def _driver_list(x: Any) -> tuple[Driver, ...]:
     return tuple(Driver.parse(d) for d in _str_list(x))
 
 
+def _int_tuple(x: Any) -> tuple[int, ...]:
+    if not isinstance(x, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in x):
+        raise ValueError("a list of driver branches like [418, 440]")
+    return tuple(x)
+
+
 def _release(x: str) -> str:
     if not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", x):
         raise ValueError("a container release is YY.MM, like 24.05")
@@ -783,7 +789,7 @@ _TRITON = _Spec(TritonImage, Table.of(
     _req("release", _release), _req("flavor", _one_of("flavor", "py3", "trtllm-python-py3", "vllm-python-py3")),
     _opt("cuda"), _opt("driver", Driver.parse), _SOURCE, _opt("server", Version), _opt("python", Version), _opt("torch"),
     _opt("tensorrt"), _opt("trtllm", Version), _opt("vllm"), _opt("min_cc", _cc),
-    Field("datacenter_drivers", _driver_list, list, ())),
+    Field("datacenter_drivers", _driver_list, list, ()), _opt("not_forward_compatible", _int_tuple, list)),
     check=lambda x: ("vllm", f"{x.vllm!r} is not a version") if x.vllm is not None and not _is_version(x.vllm) else None)
 
 _TRTLLM_BACKEND = _Spec(TrtllmBackend, Table.of(
@@ -792,7 +798,8 @@ _TRTLLM_BACKEND = _Spec(TrtllmBackend, Table.of(
 _TRTLLM = _Spec(Trtllm, Table.of(
     _VERSION, Field("python", _python_list, list, ()), Field("archs", _cc_list, list, ()), _opt("trtllm_build", bool, bool),
     _opt("trtllm_serve", bool, bool), _SOURCE, _opt("torch", SpecifierSet), _opt("tensorrt", SpecifierSet),
-    _opt("cuda", Version), _opt("archs_note"), Field("archs_removed", _cc_list, list, ()), Field("fp8_archs", _cc_list, list, ()),
+    _opt("cuda", Version), _opt("archs_note"), Field("archs_removed", _cc_list, list, ()),
+    Field("pip_unsupported_archs", _cc_list, list, ()), Field("fp8_archs", _cc_list, list, ()),
     _opt("ngc_image"), _strs("unknown")))
 
 _FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(

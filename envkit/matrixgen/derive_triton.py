@@ -71,6 +71,8 @@ def py3_rows(notes: dict[str, Any], server: dict[str, Any]) -> list[dict[str, An
         row["driver"] = r["min_driver"]
         if r.get("datacenter_drivers"):
             row["datacenter_drivers"] = list(r["datacenter_drivers"])
+        if r.get("not_forward_compatible"):
+            row["not_forward_compatible"] = [int(b.lstrip("R")) for b in r["not_forward_compatible"]]
         if r.get("min_cc"):
             row["min_cc"] = r["min_cc"]
         row["source"] = r["url"] + (f"; server version: {s['citation']}" if s is not None else "")
@@ -89,7 +91,7 @@ def derive_triton(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=_order, reverse=True)
 
 
-_TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "fp8_archs",
+_TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "pip_unsupported_archs", "fp8_archs",
                 "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
 
 

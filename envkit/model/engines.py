@@ -47,6 +47,7 @@ class TritonImage:
     vllm: Optional[str] = None
     min_cc: Optional[CC] = None
     datacenter_drivers: tuple[Driver, ...] = ()
+    not_forward_compatible: Optional[tuple[int, ...]] = None  # branches its notes say to upgrade from; None: not read
 
     @property
     def key(self) -> tuple[int, int]:
@@ -92,6 +93,7 @@ class Trtllm:
     cuda: Optional[Version] = None
     archs_note: Optional[str] = None
     archs_removed: tuple[CC, ...] = ()  # its notes: removed "in this and future releases"
+    pip_unsupported_archs: tuple[CC, ...] = ()  # its notes: its pip wheel does not install on these
     fp8_archs: tuple[CC, ...] = ()
     ngc_image: Optional[str] = None
     unknown: tuple[str, ...] = ()

@@ -182,6 +182,11 @@ def _check_gpu_driver(c: Ctx) -> list[Conflict]:
     return []
 
 
+def check_gpu_driver(m: Matrix, q: Query) -> list[Conflict]:
+    """The driver against the GPU alone (too old to drive it, or past its last branch), whatever the stack."""
+    return _check_gpu_driver(Ctx(m, q))
+
+
 def check_python(c: Ctx, b: TorchBuild, py: Version) -> list[Conflict]:
     if c.admits(b.python, py):
         return []

@@ -8,15 +8,17 @@ miss), each with its rule, its source and the fix that names a release that woul
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from packaging.version import Version
 
+from envkit.core.resolve.checks import check_gpu_driver
 from envkit.core.resolve.query import release_starts_with
 from envkit.errors import InputError
 from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend, WheelBase
-from envkit.model.matrix import CC, Matrix, sass_runs_on
+from envkit.model.matrix import CC, Gpu, Matrix, sass_runs_on
 from envkit.model.solution import Conflict, Query, Result
 
 
@@ -86,12 +88,27 @@ def _candidates(m: Matrix, engine: str) -> list[_Candidate]:
     for b in m.trtllm_backend:
         base = _py3(m, b.base_release)
         if b.ensemble and base is not None and b.base_image.endswith(f":{base.release}-py3"):
-            out.append(_Candidate(base, "backend", "ensemble", b.version, b))
+            out.append(_Candidate(base, "backend", "ensemble", _carried_trtllm(m, b), b))
 
     def order(c: _Candidate) -> tuple[bool, Version, bool, tuple[int, int]]:
         v = c.trtllm_version or Version("0")
         return Version(v.base_version) in CARRIED_ENSEMBLES, v, c.build == "container", c.image.key
     return sorted(out, key=order, reverse=True)
+
+
+def _carried_trtllm(m: Matrix, b: TrtllmBackend) -> Version:
+    """The TensorRT-LLM a backend tag builds: the tag's version, or an earlier tag's whose submodule commit it shares
+    (v0.7.2 carries v0.7.1's TensorRT-LLM)."""
+    same = [x.version for x in m.trtllm_backend if x.tensorrt_llm_commit == b.tensorrt_llm_commit]
+    return min(same, default=b.version)
+
+
+_CONSUMER = re.compile(r"^(GeForce\s+)?(RTX|GTX|TITAN)\s*[0-9]", re.IGNORECASE)
+
+
+def consumer_gpu(g: Optional[Gpu]) -> bool:
+    """A GeForce card (RTX 4090, GTX 1080 Ti): the release notes allow CUDA forward compatibility on data center GPUs only."""
+    return g is not None and bool(_CONSUMER.match(g.name))
 
 
 def _chosen(q: Query, c: _Candidate) -> bool:
@@ -124,15 +141,22 @@ def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
     t = c.image
     notes = _gpu_requirement(m, t)
     if notes is not None and notes.min_cc is not None and cc < notes.min_cc:
-        since = "" if notes.release == t.release else f" (its {notes.release} notes raised it; no release lowers it again)"
+        first = min((x for x in m.triton if x.flavor == "py3" and x.min_cc == notes.min_cc), key=lambda x: x.key, default=notes)
+        since = "" if notes.release == t.release else f" (the {first.release} notes raised it; no later release lowers it)"
         out.append(Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {notes.min_cc} and later{since}; "
-                            f"{g.name} is {g.arch}", "use an older Triton release (--triton YY.MM)", notes.source))
-    cuda = _cuda_row_version(t.cuda)
+                            f"{g.name} is compute capability {cc}", f"use a Triton release before {first.release}", notes.source))
+    row = trtllm_row(m, c.trtllm_version)
+    cuda_text = t.cuda or (str(row.cuda) if row is not None and row.cuda is not None else None)
+    cuda = _cuda_row_version(cuda_text)
     tk = m.cuda_toolkit(cuda) if cuda is not None else None
     if tk is not None and not tk.can_target(cc):
-        out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}, which cannot run code for {g.arch} ({g.name})",
-                            "use an older release", tk.source))
-    elif tk is None and cuda is not None:  # a CUDA newer than the matrix's rows: an arch its major already dropped stays dropped
+        newer = cc > max(tk.archs)
+        out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {cuda_text}, which cannot run code for {g.arch} ({g.name})",
+                            "use a newer release (a newer CUDA)" if newer else "use an older release", tk.source))
+    elif cuda is None:
+        out.append(Conflict("engine.gpu-arch", f"{c.label}: neither its release notes nor its TensorRT-LLM state its CUDA, so "
+                            f"{g.arch} cannot be checked", "pick another release (--triton or --trtllm)", t.source))
+    elif tk is None:  # a CUDA newer than the matrix's rows: an arch its major already dropped stays dropped
         below = max((x for x in m.cuda if x.version.major == cuda.major and x.version < cuda), key=lambda x: x.version, default=None)
         if below is not None and below.archs and cc < min(below.archs):
             out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}: CUDA {below.version} already builds for "
@@ -142,9 +166,11 @@ def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
         r = trtllm_row(m, c.trtllm_version)
         gone = _removed(m, c.trtllm_version, cc)
         if gone is not None:
+            fix = (f"no trtllm-serve release supports {g.arch} (trtllm-serve came with 0.15.0): use --engine triton-trtllm "
+                   f"--trtllm '<{gone.version}'" if q.engine == "trtllm" else
+                   f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')")
             out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
-                                f"its {gone.version} release notes removed it in that and every later release",
-                                f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')", gone.source))
+                                f"its {gone.version} release notes removed it in that and every later release", fix, gone.source))
         elif r is not None and r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
             out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
                                 f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source))
@@ -161,9 +187,10 @@ def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
             out.append(Conflict("engine.gpu-arch", f"no source envkit holds states which GPU archs vLLM {v.version} (in {c.label}) "
                                 f"was built for: {g.arch} cannot be confirmed", "use a newer --triton, or --engine torch", v.source))
         elif v is not None and v.runs_on_cc(cc) is False:
-            out.append(Conflict("engine.gpu-arch", f"vLLM {v.version} (in {c.label}) is built for sm_{v.min_cc.major}{v.min_cc.minor} "
-                                f"and newer; {g.name} is {g.arch}" if v.min_cc else f"vLLM {v.version} does not run on {g.arch}",
-                                "use --engine torch on this GPU", v.source))
+            built = ", ".join(f"sm_{a.major}{a.minor}" for a in v.cuda_archs or ())
+            out.append(Conflict("engine.gpu-arch", f"vLLM {v.version} (in {c.label}) is built for {built}"
+                                + (f" (PTX compute_{v.cuda_ptx.major}{v.cuda_ptx.minor})" if v.cuda_ptx else " and no PTX")
+                                + f": none runs on {g.name} ({g.arch})", "use another --triton release, or --engine torch", v.source))
     ft = m.fastertransformer
     if c.workflow == "fastertransformer" and ft is not None and cc not in ft.sm:
         out.append(Conflict("engine.legacy", f"FasterTransformer (archived {ft.archived}) builds for "
@@ -172,19 +199,32 @@ def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
     return out
 
 
-def _driver_conflicts(q: Query, c: _Candidate) -> tuple[list[Conflict], Optional[str]]:
-    """A driver below the container's requirement is a conflict, unless the container's notes name the driver's
-    branch for data center GPUs (CUDA forward compatibility): then a note."""
+def _driver_conflicts(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], Optional[str], bool]:
+    """(conflicts, note, through forward compatibility). The driver must drive the GPU (its floor, its last branch) and meet
+    the container's requirement; below that requirement, a branch the release's notes list for data center GPUs (and do
+    not also list as not forward-compatible) runs through the container's CUDA forward-compatibility package: on a data
+    center GPU only, so never for a GeForce card, and only where the notes' list of branches to upgrade from is known."""
     d, t = q.driver, c.image
-    if d is None or t.driver is None or d >= t.driver:
-        return [], None
+    if d is None:
+        return [], None, False
+    out = [replace(x, rule="engine.driver") for x in check_gpu_driver(m, q)] if q.gpu is not None and q.gpu.vendor == "nvidia" else []
+    if t.driver is None or d >= t.driver:
+        return out, None, False
     branch = next((x for x in t.datacenter_drivers if x.key[0] == d.key[0] and d >= x), None)
-    if branch is not None:
-        return [], (f"driver {d} is below Triton {t.release}'s {t.driver}: it runs through the container's CUDA "
-                    f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})")
-    return [Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}" + (
-        f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" if t.datacenter_drivers else "")
-        + f"; the driver is {d}", f"upgrade the driver to >= {t.driver}, or use an older release", t.source)], None
+    why = ""
+    if branch is not None and t.not_forward_compatible is None:
+        why = f"; its notes' list of branches that are not forward-compatible is not in the matrix, so R{branch.key[0]} is not assumed"
+    elif branch is not None and branch.key[0] in (t.not_forward_compatible or ()):
+        why = f"; its notes list R{branch.key[0]} for data center GPUs but also among the branches that are not forward-compatible"
+    elif branch is not None and consumer_gpu(q.gpu):
+        why = f"; forward compatibility is for data center GPUs, and {q.gpu.name if q.gpu else ''} is a GeForce card"
+    elif branch is not None:
+        return out, (f"driver {d} is below Triton {t.release}'s {t.driver}: it runs through the container's CUDA "
+                     f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})"), True
+    listed = f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" if t.datacenter_drivers else ""
+    out.append(Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}{listed}; the driver is {d}{why}",
+                        f"upgrade the driver to >= {t.driver}, or use an older release", t.source))
+    return out, None, False
 
 
 def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
@@ -201,9 +241,9 @@ def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
     return out
 
 
-def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...]]:
-    driver, note = _driver_conflicts(q, c)
-    return _gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c), ((note,) if note else ())
+def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...], bool]:
+    driver, note, forward = _driver_conflicts(m, q, c)
+    return _gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c), ((note,) if note else ()), forward
 
 
 def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> EngineSolution:
@@ -216,6 +256,8 @@ def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> Eng
         sources.append(r.source)
         if r.unknown:
             out.append(f"TensorRT-LLM {r.version}: its release does not state {', '.join(r.unknown)} (not checked)")
+        if r.archs_note:
+            out.append(f"TensorRT-LLM {r.version}: {r.archs_note}")
         if q.gpu is not None and not r.archs:
             out.append(f"TensorRT-LLM {r.version}: no GPU list of its own release is in the matrix; {q.gpu.arch} is checked "
                        f"against its CUDA and its release notes' removals only")
@@ -275,7 +317,7 @@ def resolve_engine(m: Matrix, q: Query) -> Result:
     chosen = [c for c in every if _chosen(q, c)]
     if not chosen:
         pins = " ".join(f"--{k} {v}" for k, v in q.given if k in ("trtllm", "triton", "vllm"))
-        have = sorted({c.label for c in every})
+        have = list(dict.fromkeys(c.label for c in sorted(every, key=lambda c: (c.image.key, c.trtllm_version or Version("0")), reverse=True)))
         ft = m.fastertransformer
         if engine == "fastertransformer" and ft is not None:
             return Result(q, None, (Conflict("engine.legacy", f"FasterTransformer is archived ({ft.archived}): its Triton backend builds "
@@ -283,18 +325,24 @@ def resolve_engine(m: Matrix, q: Query) -> Result:
                                              f"use its successor: {_successor(m, q)}; or drop --triton", ft.source),),
                           warnings=(_legacy_warning(m, q, lambda: _successor(m, q)),))
         return Result(q, None, (Conflict("engine.no-release", f"no {engine} release matches {pins or 'the query'}",
-                                         f"use one of: {'; '.join(have[-6:]) or 'none in the matrix'}",
+                                         f"use one of: {'; '.join(have[:6]) or 'none in the matrix'}"
+                                         + (" (trtllm-serve came with TensorRT-LLM 0.15.0)" if engine == "trtllm" else ""),
                                          "doc:matrix.toml [[triton]], [[trtllm_backend]], [[trtllm]]"),))
     warnings: tuple[str, ...] = ()
     if engine == "fastertransformer":
         warnings = (_legacy_warning(m, q, lambda: _successor(m, q)),)
     best: Optional[tuple[list[Conflict], _Candidate]] = None
+    forward: Optional[tuple[_Candidate, tuple[str, ...]]] = None
     for c in chosen:
-        conflicts, notes = _check(m, q, c)
-        if not conflicts:
+        conflicts, notes, through_compat = _check(m, q, c)
+        if not conflicts and not through_compat:  # the driver meets the container's requirement natively: preferred
             return Result(q, None, warnings=warnings, engine=_solution(m, q, c, notes))
-        if best is None or len(conflicts) < len(best[0]):
+        if not conflicts and forward is None:
+            forward = (c, notes)
+        if conflicts and (best is None or len(conflicts) < len(best[0])):
             best = (conflicts, c)
+    if forward is not None:
+        return Result(q, None, warnings=warnings + forward[1][:1], engine=_solution(m, q, forward[0], forward[1]))
     assert best is not None
     conflicts = best[0]
     if engine != "fastertransformer":
@@ -312,7 +360,8 @@ def _fits_without(m: Matrix, q: Query, chosen: list[_Candidate]) -> str:
     """The newest candidate that fits the GPU and the driver when the pins (--trtllm, --triton, --vllm) are dropped."""
     free = replace(q, trtllm=None, triton=None, vllm=None if q.engine == "triton-vllm" else q.vllm)
     for c in _candidates(m, q.engine or ""):
-        if not _check(m, free, c)[0]:
+        conflicts, _, through_compat = _check(m, free, c)
+        if not conflicts and not through_compat:
             return f"{c.label} fits this GPU and driver"
     return ""
 
@@ -333,6 +382,10 @@ def wheel_base(m: Matrix, sol: EngineSolution) -> WheelBase:
     if tk is None or osr is None:
         raise InputError(f"the matrix has no CUDA {r.cuda.major}.{r.cuda.minor} image for TensorRT-LLM {r.version}'s wheel",
                          "drop --from-wheel (Triton's container)")
+    g = sol.gpu
+    if g is not None and g.cc is not None and any(sass_runs_on(a, g.cc) for a in r.pip_unsupported_archs):
+        raise InputError(f"TensorRT-LLM {r.version}'s notes say its pip wheel does not install on {g.arch} ({g.name})",
+                         "drop --from-wheel (Triton's container), or pick another --trtllm")
     if r.python and osr.python not in r.python:
         raise InputError(f"TensorRT-LLM {r.version}'s wheels are for Python {', '.join(str(p) for p in r.python)}; "
                          f"{tk.runtime_image} has Python {osr.python}", "drop --from-wheel (Triton's container)")

@@ -306,9 +306,11 @@ def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
             raise InputError("--trtllm picks a TensorRT-LLM release, which only --engine trtllm or triton-trtllm serves",
                              "add --engine triton-trtllm (Triton's container) or --engine trtllm (trtllm-serve)")
         spec, _ = _spec(f.trtllm, "TensorRT-LLM", "--trtllm")
-        if not any(spec.contains(r.version, prereleases=True) for r in m.trtllm):
+        known = {r.version for r in m.trtllm} | {t.trtllm for t in m.triton if t.trtllm is not None} \
+            | {b.version for b in m.trtllm_backend}  # its rows, the containers' and the backend tags'
+        if not any(spec.contains(v, prereleases=True) for v in known):
             raise InputError(f"no TensorRT-LLM release in the matrix matches {shown(f.trtllm)}",
-                             f"known releases: {version_span([r.version for r in m.trtllm])}")
+                             f"known releases: {version_span(known)}")
         out["trtllm"] = spec
     if f.triton is not None:
         if engine not in ("triton-trtllm", "triton-vllm", "fastertransformer"):

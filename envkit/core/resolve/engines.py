@@ -274,6 +274,13 @@ def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> Eng
         if not carried:
             out.append(f"envkit carries the ensemble model repository of TensorRT-LLM {', '.join(str(v) for v in sorted(CARRIED_ENSEMBLES))} "
                        "only: generate refuses this one (use --trtllm with one of those)")
+    if c.workflow == "vllm" and t.vllm is not None and Version(t.vllm).local is not None:
+        out.append(f"vLLM {t.vllm} is NVIDIA's own build: its GPU archs are in no source envkit holds; only Triton {t.release}'s "
+                   "minimum compute capability is checked")
+    req = _gpu_requirement(m, t)
+    if q.gpu is not None and req is not None and req.release != t.release:
+        out.append(f"Triton {t.release}: its own notes are not in the matrix; the minimum compute capability {req.min_cc} "
+                   f"of the {req.release} notes is carried forward (it has only risen)")
     if t.driver is None:
         out.append(f"Triton {t.release}-{t.flavor}: its driver requirement is not in the matrix (compatibility.md gives none): "
                    "the driver is not checked")

@@ -237,7 +237,7 @@ def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
                             f"use --python {t.python}, or another release", t.source))
     if q.cuda is not None and (t.cuda is None or not release_starts_with(Version(t.cuda), q.cuda)):
         out.append(Conflict("engine.cuda", f"{c.label} is built on CUDA {t.cuda or 'unknown'}, not {q.flags().get('cuda')}",
-                            f"use --cuda {_cuda_row_version(t.cuda) or '...'} or drop --cuda", t.source))
+                            "drop --cuda (the container brings its own CUDA), or pick a release built on it", t.source))
     return out
 
 

@@ -27,7 +27,7 @@ from envkit import data
 from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
 from envkit.config.userfile import read_bytes
 from envkit.errors import MatrixError, MatrixProblem
-from envkit.model.engines import FasterTransformer, TritonImage, Trtllm, TrtllmBackend
+from envkit.model.engines import FasterTransformer, Ftllm, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
     VENDOR_PLATFORM,
@@ -802,6 +802,19 @@ _TRTLLM = _Spec(Trtllm, Table.of(
     Field("pip_unsupported_archs", _cc_list, list, ()), Field("fp8_archs", _cc_list, list, ()),
     _opt("ngc_image"), _strs("unknown")))
 
+_FTLLM = _Spec(Ftllm, Table.of(
+    _req("package", _one_of("package", "ftllm", "ftllm-rocm")), _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet),
+    _opt("wheel_sha256"), _opt("platform_tag"), _opt("cuda_major", _strict_int, int), _strs("requires"),
+    Field("cpu_lib", bool, bool, False), _strs("archs"), _opt("rocm"), _strs("server_endpoints"), _strs("unknown")))
+
+_SGLANG = _Spec(Sglang, Table.of(
+    _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet), _opt("torch"), _strs("flashinfer"), _opt("kernel"),
+    _opt("cuda_major", _strict_int, int), _opt("min_cc", _cc), _strs("unknown")))
+
+_PADDLE = _Spec(Paddle, Table.of(
+    _req("package"), _req("version"), _req("variant"), _SOURCE, _opt("cuda"), _opt("cudnn"), _opt("dtk"),
+    Field("python", _python_list, list, ()), _opt("index"), _opt("find_links"), _opt("image"), _strs("unknown")))
+
 _FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(
     _req("archived"), _req("triton_releases", _release_list, list), _req("sm", _cc_list, list),
     _req("default_sm", _cc_list, list), _req("cuda_min", Version), _req("successor"), _SOURCE))
@@ -820,7 +833,7 @@ _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
     "dtk": _read_dtk, "flash_attn": _FLASH_ATTN.read, "flash_attn_broken": _FA_BROKEN.read,
     "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
     "triton": _TRITON.read, "trtllm_backend": _TRTLLM_BACKEND.read, "trtllm": _TRTLLM.read,
-    "fastertransformer": _FASTERTRANSFORMER.read,
+    "fastertransformer": _FASTERTRANSFORMER.read, "ftllm": _FTLLM.read, "sglang": _SGLANG.read, "paddle": _PADDLE.read,
 }
 
 MAX_DEPTH = 16
@@ -907,7 +920,8 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         torch_abi_breaks=tuple(t["torch_abi_break"]), vllm=_by_version(t["vllm"]), python=_by_version(t["python"]),
         os=tuple(t["os"]), raw=raw,
         triton=tuple(sorted(t["triton"], key=lambda x: x.key, reverse=True)), trtllm_backend=_by_version(t["trtllm_backend"]),
-        trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None)
+        trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None,
+        ftllm=_by_version(t["ftllm"]), sglang=_by_version(t["sglang"]), paddle=tuple(t["paddle"]))
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -115,3 +115,25 @@ def derive_trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def derive_backend(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return backend_rows(docs["backend.json"])
+
+
+_PIP_ENGINE_KEYS = {
+    "ftllm": ("package", "version", "python", "wheel", "wheel_sha256", "platform_tag", "cuda_major", "requires", "cpu_lib",
+              "archs", "rocm", "server_endpoints", "unknown", "source"),
+    "sglang": ("version", "python", "torch", "flashinfer", "kernel", "cuda_major", "min_cc", "wheel", "unknown", "source"),
+    "paddle": ("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image", "unknown", "source"),
+}
+
+
+def derive_pip_engine(table: str, docs: dict[str, Any]) -> list[dict[str, Any]]:
+    """[[ftllm]], [[sglang]], [[paddle]]: the hand-collected data/sources/engines/TABLE.toml rows, in the matrix's key
+    order (facts per release; what a release does not state is left out and named in `unknown`)."""
+    keys = _PIP_ENGINE_KEYS[table]
+    rows = []
+    for doc in docs.values():
+        for r in doc.get(table, []):
+            row = {k: r[k] for k in keys if k in r and r[k] not in ("", [])}
+            if not row.get("source", "").startswith("https://"):
+                raise ValueError(f"{table} {r.get('version')}: its source must start with its URL")
+            rows.append(row)
+    return rows

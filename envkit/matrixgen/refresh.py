@@ -72,6 +72,14 @@ def _trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return derive_trtllm(docs)
 
 
+def _pip_engine(table: str) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    def derive(docs: dict[str, Any]) -> list[dict[str, Any]]:
+        from .derive_triton import derive_pip_engine
+
+        return derive_pip_engine(table, docs)
+    return derive
+
+
 REGIONS: tuple[Region, ...] = (
     Region("flash_attn", "flash-attn", _flash_attn),
     Region("torch", "torch", _torch),
@@ -79,6 +87,9 @@ REGIONS: tuple[Region, ...] = (
     Region("triton", "triton", _triton),
     Region("trtllm_backend", "triton", _trtllm_backend),
     Region("trtllm", "trtllm", _trtllm, "*.toml"),
+    Region("ftllm", "engines", _pip_engine("ftllm"), "ftllm.toml"),
+    Region("sglang", "engines", _pip_engine("sglang"), "sglang.toml"),
+    Region("paddle", "engines", _pip_engine("paddle"), "paddle.toml"),
 )
 
 _BEGIN = "# >>> derived: {name} (envkit matrix refresh; from data/sources/{directory}; do not edit by hand)"

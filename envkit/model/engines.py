@@ -201,3 +201,78 @@ class EngineOptions:
             raise InputError(f"--tp {self.tp} is not a tensor-parallel size", "give the number of GPUs, 1 to 64 (e.g. --tp 2)")
         if self.max_batch_size < 1 or self.max_batch_size > 4096:
             raise InputError(f"--max-batch-size {self.max_batch_size} is out of range", "give 1 to 4096 (e.g. --max-batch-size 64)")
+
+
+PIP_ENGINES = ("fastllm", "sglang", "paddle")
+"""`--engine fastllm|sglang|paddle[==VERSION]`: engines installed from their own wheels beside torch, in a stack envkit
+builds (bundle, build --offline, selftest) like any other."""
+
+
+@dataclass(frozen=True)
+class Ftllm:
+    """A fastllm wheel on PyPI (ftllm, or ftllm-rocm): its Python, CUDA major, Requires-Dist, CPU library, CUDA archs
+    ("80-real": SASS only; "120": SASS and PTX) and server routes, each as that release's wheel or tag states it."""
+    package: str
+    version: Version
+    wheel: str
+    source: str
+    python: Optional[SpecifierSet] = None
+    wheel_sha256: Optional[str] = None
+    platform_tag: Optional[str] = None
+    cuda_major: Optional[int] = None
+    requires: tuple[str, ...] = ()
+    cpu_lib: bool = False
+    archs: tuple[str, ...] = ()
+    rocm: Optional[str] = None
+    server_endpoints: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sglang:
+    """An SGLang release: its Requires-Python, the torch, flashinfer and kernel pins of its METADATA, the CUDA major of
+    the cuda-python it requires, and the compute capability its runtime check demands."""
+    version: Version
+    wheel: str
+    source: str
+    python: Optional[SpecifierSet] = None
+    torch: Optional[str] = None  # a Requires-Dist line, e.g. 'torch==2.6.0; extra == "srt"'
+    flashinfer: tuple[str, ...] = ()
+    kernel: Optional[str] = None
+    cuda_major: Optional[int] = None
+    min_cc: Optional[CC] = None
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Paddle:
+    """A PaddlePaddle build: PyPI's, or Paddle's own index (`index`) or find-links page (`find_links`), its CUDA and
+    cuDNN (or DTK for a Hygon DCU build) and Pythons."""
+    package: str
+    version: str  # as Paddle writes it: 2.5.0.post117, nightly
+    variant: str
+    source: str
+    cuda: Optional[str] = None
+    cudnn: Optional[str] = None
+    dtk: Optional[str] = None
+    python: tuple[Version, ...] = ()
+    index: Optional[str] = None
+    find_links: Optional[str] = None
+    image: Optional[str] = None
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnginePackages:
+    """What a pip-stack engine adds to a solution: the pins installed after torch (and where pip finds them)."""
+    engine: str
+    version: str
+    packages: tuple[str, ...]
+    source: str
+    index_url: Optional[str] = None  # an extra index (Paddle's), through the site's rewrite
+    find_links: Optional[str] = None  # an extra find-links page (Paddle's stable.html)
+    server: tuple[str, ...] = ()  # the server's command line in the image, where the engine has one
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "version": self.version, "packages": list(self.packages), "index_url": self.index_url,
+                "find_links": self.find_links, "server": list(self.server), "source": self.source}

@@ -412,6 +412,9 @@ class Matrix:
     trtllm_backend: tuple[Any, ...] = ()  # TrtllmBackend
     trtllm: tuple[Any, ...] = ()  # Trtllm
     fastertransformer: Optional[Any] = None  # FasterTransformer
+    ftllm: tuple[Any, ...] = ()  # Ftllm
+    sglang: tuple[Any, ...] = ()  # Sglang
+    paddle: tuple[Any, ...] = ()  # Paddle
 
     @functools.cached_property
     def index(self) -> MatrixIndex:

@@ -1,0 +1,171 @@
+"""The serving sweep's chat endpoint (envkit selftest --engine openai:URL --endpoint chat) against a real fastllm server
+on the CPU: ftllm 1.9.0 in .fastllm-venv, installed by ./scripts/start-fastllm-env.sh, serving the trained tiny Llama of
+tests/vllm/make_tiny_model.py (made with .vllm-venv's Python) on 127.0.0.1 with its CPU library. fastllm has no
+/v1/completions: chat only. docs/fastllm-cpu.md has the figures and the traps.
+
+The agreement test runs envkit's sweep and an independent client, the `openai` package (tests/fastllm/openai_client.py,
+in .fastllm-venv), on the same server and prompts, alternating round by round, and compares each metric's median of the
+per-round ratios, as tests/integration/test_vllm_serving.py does with vLLM's own client. The server is pinned to core 0
+with one thread and the clients to core 1 where there are two.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from schema_check import valid_json
+
+ROOT = Path(__file__).resolve().parents[2]
+FV = ROOT / ".fastllm-venv"
+VPY = ROOT / ".vllm-venv" / "bin" / "python"
+WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()  # as make_tiny_model.py
+
+
+def pinned(core: int) -> list:
+    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 and Path("/usr/bin/taskset").exists() else []
+
+
+def has_chat_template(model: Path) -> bool:
+    """ftllm renders chat with the HF tokenizer's template (tokenizer_config.json's chat_template or chat_template.jinja);
+    without one it falls back to its own C++ tokenizer, which refuses tokenizer_class TokenizersBackend at load."""
+    return bool(json.loads((model / "tokenizer_config.json").read_text()).get("chat_template")) or (model / "chat_template.jinja").is_file()
+
+
+@pytest.fixture(scope="module")
+def fastllm_server(tmp_path_factory):
+    assert (FV / "bin/ftllm").exists(), "no fastllm environment: run ./scripts/start-fastllm-env.sh"
+    assert VPY.exists(), "no vLLM environment (it makes the tiny model): run ./scripts/start-vllm-env.sh"
+    work = tmp_path_factory.mktemp("fastllm")
+    model = work / "tiny"
+    subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
+    assert has_chat_template(model), "tests/vllm/make_tiny_model.py wrote no chat template: ftllm's /v1/chat/completions needs one"
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(64))}) + "\n"
+                               for i in range(64)))
+    port = 17000 + os.getpid() % 1000
+    log = open(work / "server.log", "w")
+    start = time.perf_counter()
+    # stdin closed: on a load error ftllm's library prints "Press any key to exit..." and would wait for a key
+    proc = subprocess.Popen(pinned(0) + [str(FV / "bin/ftllm"), "server", str(model), "--device", "cpu", "--threads", "1",
+                                         "--model_name", "tiny", "--host", "127.0.0.1", "--port", str(port)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert proc.poll() is None, "ftllm server exited:\n" + (work / "server.log").read_text()[-3000:]
+            assert time.time() < deadline, "ftllm server not ready in 300 s:\n" + (work / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        yield {"url": url, "port": port, "model": model, "prompts": prompts, "start_s": time.perf_counter() - start,
+               "log": work / "server.log"}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_the_server_streams_a_chat_completion_and_lists_the_model(fastllm_server):
+    print(f"\nftllm server ready in {fastllm_server['start_s']:.1f} s")
+    conn = http.client.HTTPConnection("127.0.0.1", fastllm_server["port"], timeout=60)
+    conn.request("GET", "/v1/models")
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert [m["id"] for m in json.loads(resp.read())["data"]] == ["tiny"]
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "the of and to in"}], "max_tokens": 8, "min_tokens": 8,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type", "").startswith("text/event-stream")
+    events = [line[5:].strip() for line in resp.read().decode().splitlines() if line.startswith("data:")]
+    conn.close()
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}                # sent before the prompt is processed
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    assert usage and usage[-1]["completion_tokens"] == 8                              # min_tokens honoured
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert text.split() and all(w in WORDS for w in text.split()), text                # the trained model speaks its words
+    conn = http.client.HTTPConnection("127.0.0.1", fastllm_server["port"], timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps({"model": "tiny", "prompt": "the", "max_tokens": 2}),
+                 headers={"Content-Type": "application/json"})
+    assert conn.getresponse().status == 404                                           # chat only: why --endpoint chat
+    conn.close()
+
+
+def envkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
+
+
+def test_the_chat_sweep_against_fastllm(fastllm_server):
+    """No --model, no --dataset: the model from /v1/models, the random workload's token ids sent as words."""
+    p = envkit("selftest", "--engine", f"openai:{fastllm_server['url']}", "--endpoint", "chat", "--concurrency", "1,2",
+               "--num-prompts", "8", "--output-len", "16", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = valid_json(p.stdout, "sweep")
+    assert doc["model"] == "tiny" and doc["endpoint"] == "chat" and doc["ok"]
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    for lv in doc["levels"]:
+        assert lv["completed"] == 8 and lv["failed"] == 0
+        assert lv["mean_ttft_ms"] > 0 and lv["mean_tpot_ms"] > 0 and lv["mean_latency_ms"] > lv["mean_ttft_ms"]
+        assert lv["output_throughput"] * lv["duration_s"] == pytest.approx(8 * 16, rel=0.01)  # the usage's 16 tokens each
+        assert lv["input_throughput"] > 4 * lv["output_throughput"]                          # 128-word prompts
+
+
+def client_round(url: str, prompts: Path, output_len: int, num_prompts: int, concurrency: int) -> dict:
+    p = subprocess.run(pinned(1) + [str(FV / "bin/python"), str(ROOT / "tests/fastllm/openai_client.py"), url, "tiny", str(prompts),
+                                    str(output_len), str(num_prompts), str(concurrency)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def envkit_round(url: str, prompts: Path, output_len: int, num_prompts: int, concurrency: int) -> dict:
+    p = subprocess.run(pinned(1) + [sys.executable, "-m", "envkit", "selftest", "--engine", f"openai:{url}", "--endpoint", "chat",
+                                    "--model", "tiny", "--dataset", str(prompts), "--concurrency", str(concurrency),
+                                    "--num-prompts", str(num_prompts), "--output-len", str(output_len), "--json"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)["levels"][0]
+
+
+KEYS = ("mean_ttft_ms", "mean_latency_ms", "output_throughput")
+
+
+def test_the_chat_sweep_agrees_with_the_openai_client_within_10_percent(fastllm_server):
+    rounds, prompts, output_len, concurrency = 12, 16, 32, 2
+    args = (fastllm_server["url"], fastllm_server["prompts"], output_len, prompts, concurrency)
+    pairs = []
+    for r in range(rounds):
+        order = (("envkit", envkit_round), ("openai", client_round))
+        pairs.append(dict((name, fn(*args)) for name, fn in (order if r % 2 == 0 else order[::-1])))
+    assert all(pr["envkit"]["completed"] == prompts and pr["openai"]["completed"] == prompts for pr in pairs)
+    assert all(pr["openai"]["output_tokens"] == prompts * output_len for pr in pairs)
+    report = []
+    for key in KEYS:
+        ratios = [pr["envkit"][key] / pr["openai"][key] for pr in pairs]
+        report.append((key, statistics.median(pr["envkit"][key] for pr in pairs), statistics.median(pr["openai"][key] for pr in pairs),
+                       statistics.median(ratios)))
+    role = statistics.median(pr["openai"]["mean_first_chunk_ms"] for pr in pairs)
+    table = "\n".join(f"{k:18} envkit {e:9.2f}  openai {v:9.2f}  median ratio {r:.3f}" for k, e, v, r in report)
+    print(f"\n{rounds} rounds of {prompts} requests at concurrency {concurrency}, 64-word prompts, {output_len} output tokens\n{table}\n"
+          f"(the role-only first chunk, vLLM's chat client's TTFT: median {role:.2f} ms)")
+    for key, _, _, ratio in report:
+        assert abs(ratio - 1) <= 0.10, f"{key} disagrees with the openai client:\n{table}"

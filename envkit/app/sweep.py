@@ -1,5 +1,6 @@
 """Serving sweep against any OpenAI-compatible endpoint (vLLM's api_server, or any other; --engine openai:URL):
-streaming /v1/completions requests at each concurrency, or against a Triton Inference Server (--engine triton:URL):
+streaming /v1/completions requests at each concurrency (--endpoint chat: /v1/chat/completions, one user message per
+request, the random workload's token ids sent as words), or against a Triton Inference Server (--engine triton:URL):
 streaming requests to its generate extension (POST /v2/models/MODEL/generate_stream, TensorRT-LLM's ensemble
 tensors; docs/triton-sweep.md). Either way with vLLM's metric definitions (benchmarks/serve):
 
@@ -9,7 +10,9 @@ tensors; docs/triton-sweep.md). Either way with vLLM's metric definitions (bench
 
 Before the first level, as `vllm bench serve` does: a readiness wait (GET /v1/models, else /health, until the
 server answers or --ready-timeout passes: one line and exit 4 when it never does), the model from /v1/models
-when --model is not given, and one warm-up request whose failure stops the sweep with its reason. Requests are
+when --model is not given, and one warm-up request whose failure stops the sweep with its reason. OpenAI: when the
+warm-up is refused as a bad request (HTTP 400 or 422), it is sent once more without vLLM's extra keys (min_tokens,
+ignore_eos, stream_options: openai_http.EXTRA_KEYS); when that one passes, the whole sweep goes without them, and says so. Requests are
 sent all at once, or at --request-rate per second as a seeded Poisson process; the concurrency caps how many are
 in flight. An API key (--api-key, OPENAI_API_KEY) goes in `Authorization: Bearer` and nowhere else.
 Triton's readiness wait is GET /v2/health/ready, then GET /v2/models/MODEL/ready (MODEL: --model, default ensemble).
@@ -39,25 +42,30 @@ NOT_READY = (502, 503, 504)  # a proxy before a server still loading, or the ser
 SAY_EVERY_S = 10.0
 PROTOCOLS = ("openai", "triton")  # --engine PROTOCOL:URL
 TRITON = "triton"
+ENDPOINTS = tuple(openai_http.ENDPOINTS)  # --endpoint, OpenAI only: completions (the default) or chat
+TRITON_ENDPOINT = "generate_stream"  # what a Triton sweep's document records as its endpoint
+REFUSED_AS_BAD = ("HTTP 400", "HTTP 422")  # a warm-up refused with these is tried once more without the extra keys
 
 
 def one_request(url: str, model: str, prompt: Prompt, output_len: int, api_key: Optional[str] = None, protocol: str = "openai",
-                nest: bool = False) -> RequestResult:
-    """One streamed request in the server's protocol: OpenAI /v1/completions or Triton's generate_stream."""
+                nest: bool = False, endpoint: str = "completions", extras: bool = True) -> RequestResult:
+    """One streamed request in the server's protocol: OpenAI /v1/completions or /v1/chat/completions (`endpoint`, with or
+    without vLLM's extra keys), or Triton's generate_stream."""
     if protocol == TRITON:
         return triton_http.one_request(url, model, prompt, output_len, api_key=api_key, nest=nest)
-    return openai_http.one_request(url, model, prompt, output_len, api_key=api_key)
+    return openai_http.one_request(url, model, prompt, output_len, api_key=api_key, endpoint=endpoint, extras=extras)
 
 
 def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
-              api_key: Optional[str] = None, protocol: str = "openai", nest: bool = False) -> dict:
+              api_key: Optional[str] = None, protocol: str = "openai", nest: bool = False, endpoint: str = "completions",
+              extras: bool = True) -> dict:
     """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second."""
     done = [0]
     lock = threading.Lock()
 
     def task(req: tuple[Prompt, int]) -> RequestResult:
-        r = one_request(url, model, *req, api_key=api_key, protocol=protocol, nest=nest)
+        r = one_request(url, model, *req, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint, extras=extras)
         with lock:
             done[0] += 1
             if progress:
@@ -182,11 +190,20 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Optional[str] = None, protocol: str = "openai",
-            nest: bool = False) -> None:
-    """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike)."""
-    r = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, nest=nest)
+            nest: bool = False, endpoint: str = "completions", say: Callable[[str], None] = lambda _: None) -> bool:
+    """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike).
+    Whether the sweep sends vLLM's extra keys: an OpenAI warm-up refused as a bad request (400, 422) is sent once more
+    without them, and when that one passes the sweep goes without them (said); when it fails too, the first reason stands."""
+    r = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint)
     if r.ok:
-        return
+        return True
+    if protocol != TRITON and r.error.startswith(REFUSED_AS_BAD):
+        plain = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, endpoint=endpoint, extras=False)
+        if plain.ok:
+            say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.EXTRA_KEYS)}): {_one_line(r.error, 160)}; "
+                "it took one without them, so the sweep sends none: a request may stop before --output-len at its end-of-sequence "
+                "token, and tokens are counted from the streamed chunks where the server sends no usage")
+            return False
     fix = (f"the server serves {', '.join(served)}: give one of them with --model" if served and model not in served
            else "check the server's log; every request of the sweep would fail the same way")
     raise ExternalError(f"the warm-up request to {url} (model {model}) failed: {_one_line(r.error)}", fix)
@@ -194,14 +211,18 @@ def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Op
 
 def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Prompt, int]],
           progress: Optional[Callable[[int, int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
-          api_key: Optional[str] = None, served: Sequence[str] = (), protocol: str = "openai", nest: bool = False) -> list:
-    """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up."""
-    warm_up(url, model, requests[0][0], list(served), api_key, protocol, nest)
+          api_key: Optional[str] = None, served: Sequence[str] = (), protocol: str = "openai", nest: bool = False,
+          endpoint: str = "completions", say: Callable[[str], None] = lambda _: None) -> list:
+    """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up.
+    With endpoint chat, prompts of token ids are turned into words once, here, before any clock runs."""
+    if protocol != TRITON and endpoint == "chat":
+        requests = [(openai_http.chat_text(p), n) for p, n in requests]
+    extras = warm_up(url, model, requests[0][0], list(served), api_key, protocol, nest, endpoint, say)
 
     def at(level: int) -> Optional[Callable[[int, int], None]]:
         return None if progress is None else (lambda done, total: progress(level, done, total))
 
-    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key, protocol, nest) for c in concurrency]
+    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key, protocol, nest, endpoint, extras) for c in concurrency]
 
 
 @dataclass(frozen=True)
@@ -218,15 +239,21 @@ class SweepRequest:
     ready_timeout: float = 60.0  # seconds the server may take to answer
     seed: int = 0  # of the random workload and the arrival times
     nest_parameters: bool = False  # Triton: max_tokens, bad_words, stop_words and stream under "parameters"
+    endpoint: Optional[str] = None  # OpenAI: completions (None: the default) or chat; Triton: generate_stream only
 
     @classmethod
     def asked(cls, engine_url: str, model: Optional[str], concurrency: str, num_prompts: int, input_len: Optional[int],
               output_len: Optional[int], dataset: Optional[str], api_key: Optional[str] = None, request_rate: Optional[float] = None,
-              ready_timeout: Optional[float] = None, nest_parameters: bool = False) -> "SweepRequest":
+              ready_timeout: Optional[float] = None, nest_parameters: bool = False, endpoint: Optional[str] = None) -> "SweepRequest":
         """From a command's options, where what was not given is None."""
         return cls(engine_url, model or None, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
                    dataset, api_key or None, cls.request_rate if request_rate is None else request_rate,
-                   cls.ready_timeout if ready_timeout is None else ready_timeout, nest_parameters=nest_parameters)
+                   cls.ready_timeout if ready_timeout is None else ready_timeout, nest_parameters=nest_parameters, endpoint=endpoint)
+
+    @property
+    def openai_endpoint(self) -> str:
+        """The OpenAI path's name the requests go to: --endpoint, or completions."""
+        return self.endpoint or "completions"
 
     @property
     def protocol(self) -> str:
@@ -258,6 +285,12 @@ def check(req: SweepRequest) -> list[int]:
                          "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
     if req.nest_parameters and req.protocol != TRITON:
         raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
+    if req.endpoint is not None and req.endpoint not in ENDPOINTS:
+        raise InputError(f"--endpoint {req.endpoint!r} is not an OpenAI endpoint the sweep speaks",
+                         f"write --endpoint {' or --endpoint '.join(ENDPOINTS)}")
+    if req.endpoint is not None and req.protocol == TRITON:
+        raise InputError("--endpoint chooses the OpenAI path (/v1/completions or /v1/chat/completions)",
+                         "use it with --engine openai:URL; a Triton sweep always goes to generate_stream")
     if not req.request_rate > 0:  # NaN too
         raise InputError(f"--request-rate {req.request_rate:g} is not a positive number of requests per second",
                          "write --request-rate 4, or inf to send every request at once")
@@ -284,7 +317,9 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResu
     else:
         served = wait_ready(url, req.ready_timeout, req.api_key, reporter)
         model = choose_model(req.model, served, url, reporter)
+    endpoint = TRITON_ENDPOINT if req.protocol == TRITON else req.openai_endpoint
     levels = sweep(url, model, levels_asked, requests, progress=reporter.requests_done, request_rate=req.request_rate, seed=req.seed,
-                   api_key=req.api_key, served=served, protocol=req.protocol, nest=req.nest_parameters)
+                   api_key=req.api_key, served=served, protocol=req.protocol, nest=req.nest_parameters, endpoint=endpoint,
+                   say=reporter.say)
     return SweepResult(url, model, req.dataset, None if req.dataset else req.input_len, req.output_len,
-                       tuple(LevelResult.from_json(lv) for lv in levels), req.request_rate)
+                       tuple(LevelResult.from_json(lv) for lv in levels), req.request_rate, endpoint)

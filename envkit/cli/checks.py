@@ -53,6 +53,9 @@ def selftest(
     junit_path: Optional[str] = opt.junit("also write the checks as JUnit XML"),
     triton_parameters: bool = typer.Option(False, "--triton-parameters", help="with triton:URL, send max_tokens, bad_words, stop_words "
                                            "and stream nested under \"parameters\" instead of top-level"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="completions|chat", show_default=False,
+                                           help="with openai:URL, stream /v1/completions (default) or /v1/chat/completions "
+                                           "(one user message per request; the random workload's token ids sent as words)"),
 ) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI or Triton server."""
     urls = [e for e in engines if e.startswith(("openai:", "triton:"))]
@@ -62,6 +65,8 @@ def selftest(
     app.selftest.check_engines(req)
     if triton_parameters and not any(u.startswith("triton:") for u in urls):
         raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
+    if endpoint is not None and not urls:
+        raise InputError("--endpoint chooses the serving sweep's OpenAI path", "use it with --engine openai:URL, or drop it")
     if report:
         ui.report_dir.ready(report)
     if junit_path:
@@ -69,7 +74,8 @@ def selftest(
     app.selftest.check_sweep_alone(urls, req, image, dataset, request_rate)
     if urls:
         return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset,
-                                                   api_key, request_rate, ready_timeout, triton_parameters), as_json, report, junit_path)
+                                                   api_key, request_rate, ready_timeout, triton_parameters, endpoint),
+                      as_json, report, junit_path)
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         result = app.selftest.run(req, image, reporter)
     doc = result.to_json()

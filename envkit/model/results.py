@@ -81,6 +81,9 @@ class LevelResult:
         return {**asdict(self), "errors": list(self.errors)}
 
 
+SWEEP_ENDPOINTS = ("completions", "chat", "generate_stream")  # what a sweep's requests went to: sweep.schema.json's enum
+
+
 @dataclass(frozen=True)
 class SweepResult:
     engine: str
@@ -90,6 +93,7 @@ class SweepResult:
     output_len: int
     levels: tuple[LevelResult, ...]
     request_rate: Optional[float] = None  # requests per second, inf: all at once; None: not recorded (documents before it was)
+    endpoint: Optional[str] = None  # completions or chat (OpenAI), generate_stream (Triton); None: not recorded (documents before it was)
 
     @property
     def ok(self) -> bool:
@@ -101,12 +105,17 @@ class SweepResult:
         rate = d.get("request_rate")
         if rate is not None and not (rate == "inf" or (isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0)):
             raise ValueError('a sweep result\'s request_rate is a positive number or "inf"')
+        endpoint = d.get("endpoint")
+        if endpoint is not None and endpoint not in SWEEP_ENDPOINTS:
+            raise ValueError(f"a sweep result's endpoint is one of {', '.join(SWEEP_ENDPOINTS)}")
         return cls(d["engine"], d["model"], d.get("dataset"), d.get("input_len"), d["output_len"],
-                   tuple(LevelResult.from_json(lv) for lv in d["levels"]), None if rate is None else float(rate))
+                   tuple(LevelResult.from_json(lv) for lv in d["levels"]), None if rate is None else float(rate), endpoint)
 
     def to_json(self) -> dict[str, Any]:
         doc = {"schema": 1, "engine": self.engine, "model": self.model, "dataset": self.dataset, "input_len": self.input_len,
                "output_len": self.output_len, "levels": [lv.to_json() for lv in self.levels], "ok": self.ok}
         if self.request_rate is not None:  # JSON has no infinity: "inf", as vllm bench serve writes it
             doc["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        if self.endpoint is not None:
+            doc["endpoint"] = self.endpoint
         return doc

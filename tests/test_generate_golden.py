@@ -48,6 +48,12 @@ CASES = {
     "cpu-vllm-serve-offline": ({"platform": "cpu", "torch": "2.13.0", "vllm": "0.32.0"}, None, True,
                                {"serve": Serve(name="tiny", sha256="0a0f857d671a4aa60f305bf48076082a3591386022deaa37fe359fcf02b556c8",
                                                files=5, bytes=2350550, args=("--dtype=float32", "--max-model-len=512"))}),
+    # issue 17: fastllm's wheel (ftllm, its CPU library) beside torch +cpu, offline
+    "cpu-fastllm-offline": ({"platform": "cpu", "torch": "2.13.0", "engine": "fastllm"}, None, True),
+    # issue 17: SGLang with its torch, kernel and flashinfer pins on an H100
+    "h100-sglang": ({"gpu": "H100", "engine": "sglang"}, None, False),
+    # issue 17 / seed 002: the seed's paddlepaddle-gpu 2.5.0.post117 (CUDA 11.7) from Paddle's page through the intranet's rewrite
+    "seed-paddle-intranet": ({"gpu": "RTX A6000", "engine": "paddle==2.5.0.post117"}, f"{SITES}/intranet-nvidia.toml", False),
     # the CI image (tests/integration/test_cuda_image.py): csrc/rotary alone from the 2.7.4.post1 sdist, torch from PyPI
     "h200-cuda13-rotary-only-pip-offline": ({"gpu": "H200", "cuda": "13.0", "torch": "2.11.0", "kernels": "rotary",
                                              "kernels_from": "2.7.4.post1"}, None, True, {"toolkit": "pip"}),

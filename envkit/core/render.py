@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from functools import singledispatch
 from string import Template
@@ -182,7 +183,7 @@ def _pip(payload: PipStep, step: Step, r: _Rendering) -> str:
         return (f"COPY {REQUIREMENTS_DIR}/{step.id}.txt {REQUIREMENTS_IN_IMAGE}/\n"
                 + _mounted(r.fragment("pip", args=args, packages=f"-r {requirements}"), r.secrets("pip")))
     args = "".join(f"{arg} " for arg in payload.pip_source)
-    return _mounted(r.fragment("pip", args=args, packages=" ".join(payload.packages)), r.secrets("pip"))
+    return _mounted(r.fragment("pip", args=args, packages=" ".join(shlex.quote(p) for p in payload.packages)), r.secrets("pip"))
 
 
 @_payload_text.register

@@ -12,7 +12,7 @@ from packaging.version import Version
 from envkit.errors import InputError
 from envkit.model.matrix import CC, Driver, Gpu
 
-ENGINES = ("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
+ENGINES = ("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "fastllm", "sglang", "paddle")
 """`--engine`: torch and vllm are the pip stacks resolve builds itself (vllm = `--vllm` any release); the others
 are serving engines answered by engines.py: a container (Triton's), TensorRT-LLM's own release, or the legacy
 FasterTransformer profile."""

@@ -39,8 +39,10 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("vllm", "vLLM version or specifier", "0.6.3", metavar="VERSION|SPEC"),
     FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
     FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
-    FlagSpec("engine", "serving engine: torch or vllm (pip stacks), trtllm, triton-trtllm, triton-vllm, fastertransformer (containers)",
-             "triton-trtllm", metavar="ENGINE", choices=("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")),
+    FlagSpec("engine", "serving engine: torch, vllm, fastllm, sglang, paddle (pip stacks; fastllm==1.9.0 pins one), "
+             "trtllm, triton-trtllm, triton-vllm, fastertransformer (containers)",
+             "triton-trtllm", metavar="ENGINE[==VERSION]",
+             choices=("torch", "vllm", "fastllm", "sglang", "paddle", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")),
     FlagSpec("trtllm", "TensorRT-LLM version or specifier (with --engine trtllm or triton-trtllm)", "0.8.0", metavar="VERSION|SPEC"),
     FlagSpec("triton", "Triton container release YY.MM (with --engine triton-*, fastertransformer)", "24.05", metavar="YY.MM"),
 )

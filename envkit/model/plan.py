@@ -88,13 +88,15 @@ class PipStep:
     packages: tuple[str, ...]
     find_links: Optional[str] = None
     extra_index_url: Optional[str] = None
+    extra_find_links: Optional[str] = None  # a find-links page besides the index (Paddle's stable.html)
 
     @property
     def pip_source(self) -> tuple[str, ...]:
         """pip's arguments that say where packages come from."""
         local = ("--no-index", "--find-links", self.find_links) if self.find_links else ()
         extra = ("--extra-index-url", self.extra_index_url) if self.extra_index_url else ()
-        return local + extra
+        page = ("--find-links", self.extra_find_links) if self.extra_find_links and not self.find_links else ()
+        return local + extra + page
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.model.engines import EngineSolution
+from envkit.model.engines import EnginePackages, EngineSolution
 from envkit.model.flags import FLAG
 from envkit.model.matrix import CC, CudaToolkit, Driver, Gpu, ToolkitWheel, TorchBuild, Vllm, dtk_text
 
@@ -29,6 +29,7 @@ class Query:
     kernels: tuple[str, ...] = ()
     kernels_from: Optional[Version] = None  # the kernels' flash-attn sdist when flash-attn itself is not installed
     engine: Optional[str] = None  # --engine; None and "torch" are the pip stack
+    engine_version: Optional[str] = None  # --engine fastllm==1.9.0: the pip engine's release
     trtllm: Optional[SpecifierSet] = None
     triton: Optional[str] = None  # a container release YY.MM
     given: tuple[tuple[str, str], ...] = ()
@@ -94,6 +95,7 @@ class Solution:
     kernels: tuple[KernelPlan, ...]
     notes: tuple[str, ...]
     sources: tuple[str, ...]
+    engine: Optional[EnginePackages] = None  # --engine fastllm|sglang|paddle: its packages, installed after torch
 
     @property
     def toolkit_text(self) -> str:
@@ -126,6 +128,9 @@ class Solution:
             out["kernels_sdist"] = str(self.kernels[0].flash_attn_sdist)
         if self.min_driver is not None:
             out["min_driver"] = str(self.min_driver)
+        if self.engine is not None:
+            out["engine"] = self.engine.engine
+            out[self.engine.engine] = self.engine.version
         return out
 
     @property
@@ -167,6 +172,8 @@ class Solution:
         d["kernels"] = [{"name": k.name, "module": k.module, "flash_attn_sdist": str(k.flash_attn_sdist),
                          "setup_py": k.setup_py, "arch_list": list(k.arch_list), "patch_gencode": k.patch_gencode}
                         for k in self.kernels]
+        if self.engine is not None:
+            d["engine"] = self.engine.to_json()
         return d
 
 

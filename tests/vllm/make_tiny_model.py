@@ -5,6 +5,7 @@
 The corpus is lines of WORDS in order (each word followed by the next one, wrapping around). The model is
 trained on it for a few seconds, so it predicts the next word: a real, if tiny, language model whose
 LAMBADA-style last-word accuracy is known (lines that follow the order: right; lines that break it: wrong).
+The tokenizer carries a minimal chat template (the messages' contents, nothing added) for the chat endpoint.
 """
 import sys
 
@@ -27,6 +28,9 @@ tok.decoder = decoders.ByteLevel()
 tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"],
                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+# vLLM's /v1/chat/completions needs a chat template: the messages' contents as they are, so a chat request's prompt is
+# the same text (and tokens) as a completion's (tests/integration/test_chat_sweep.py); completions never apply it.
+fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 fast.save_pretrained(out)
 cfg = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=4, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2)

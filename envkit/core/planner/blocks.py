@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
 from envkit.errors import InputError
+from envkit.model.engines import EnginePackages
 from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm, VllmCpu
 from envkit.model.plan import (
     CUDA_HOME,
@@ -586,6 +587,40 @@ def _flash_attn(fa: Optional[FlashAttnPlan]) -> Optional[Block]:
     return FlashAttnSource(fa)
 
 
+@dataclass(frozen=True)
+class EngineWheels(Block):
+    """A pip-stack serving engine (fastllm, sglang, paddle): its pinned packages after torch, from the index, the
+    engine's own index or find-links page through the site's rewrite, or the wheelhouse offline."""
+
+    packages: EnginePackages
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        p = self.packages
+        title, why = f"{p.engine} {p.version}", f"--engine {p.engine}: {', '.join(p.packages)}"
+        if ctx.offline:
+            return (Step("build-engine", title, why, PipStep(p.packages, find_links=ctx.find_links or WHEELHOUSE)),)
+        index = page = None
+        urls: tuple[str, ...] = ()
+        network = ctx.index_network
+        if p.index_url:
+            index, network = ctx.network.url("build-engine", p.index_url)
+            urls = (p.index_url,)
+        if p.find_links:
+            page, network = ctx.network.url("build-engine", p.find_links)
+            urls += (p.find_links,)
+        return (Step("build-engine", title, why + ("; from " + " and ".join(urls) if urls else ""),
+                     PipStep(p.packages, find_links=ctx.find_links, extra_index_url=index, extra_find_links=page), network, urls),)
+
+    def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
+        return self.packages.packages
+
+    def wheel_sources(self, ctx: PlanContext) -> tuple[WheelSource, ...]:
+        return tuple((spec, self.packages.index_url) for spec in self.packages.packages)
+
+    def modules(self) -> tuple[str, ...]:
+        return {"fastllm": ("ftllm",), "sglang": ("sglang",), "paddle": ("paddle",)}.get(self.packages.engine, ())
+
+
 def components(ctx: PlanContext) -> tuple[Block, ...]:
     """The blocks the solution needs between the apt installs, in build order."""
     sol = ctx.solution
@@ -603,8 +638,9 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
         assert sol.cuda is not None
         wheels = CudaToolkitWheels(sol.toolkit_wheels, sol.cuda.version, sol.cuda.release)
         toolkit, removed = (wheels,), (CudaToolkitRemoved(wheels),)
+    engine = (EngineWheels(sol.engine),) if sol.engine is not None else ()
     return (python, Venv(), *BuildTools.needed(ctx), Torch(sol.torch), *toolkit, *((flash,) if flash else ()), *kernels, *vllm,
-            *removed)
+            *engine, *removed)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.errors import InputError
-from envkit.model.engines import CONTAINER_ENGINES, ENGINES
+from envkit.model.engines import CONTAINER_ENGINES, ENGINES, PIP_ENGINES
 from envkit.model.flags import FLAG, ResolveFlags, check_values, shown
 from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key, parse_arch
 from envkit.model.solution import Query
@@ -282,6 +282,17 @@ def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
     itself (torch, flash-attn, the csrc kernels) or that name another engine are refused."""
     out: dict[str, Any] = {}
     engine = None if f.engine is None else f.engine.strip().lower()
+    if engine is not None and "==" in engine:  # --engine fastllm==1.9.0
+        engine, _, version = (part.strip() for part in engine.partition("=="))
+        if engine not in PIP_ENGINES:
+            raise InputError(f"--engine {shown(f.engine or '')}: only fastllm, sglang and paddle take ==VERSION",
+                             "pin a container engine's release with --trtllm or --triton")
+        known = {"fastllm": [str(r.version) for r in m.ftllm], "sglang": [str(r.version) for r in m.sglang],
+                 "paddle": [r.version for r in m.paddle]}[engine]
+        if version not in known:
+            raise InputError(f"--engine {shown(f.engine or '')}: no {engine} release {version!r} in the matrix",
+                             f"use one of: {', '.join(known[:12])}")
+        out["engine_version"] = version
     if engine is not None:
         if engine not in ENGINES:
             close = difflib.get_close_matches(engine, ENGINES, n=1, cutoff=0.5)
@@ -306,11 +317,11 @@ def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
             raise InputError("--trtllm picks a TensorRT-LLM release, which only --engine trtllm or triton-trtllm serves",
                              "add --engine triton-trtllm (Triton's container) or --engine trtllm (trtllm-serve)")
         spec, _ = _spec(f.trtllm, "TensorRT-LLM", "--trtllm")
-        known = {r.version for r in m.trtllm} | {t.trtllm for t in m.triton if t.trtllm is not None} \
+        releases: set[Version] = {r.version for r in m.trtllm} | {t.trtllm for t in m.triton if t.trtllm is not None} \
             | {b.version for b in m.trtllm_backend}  # its rows, the containers' and the backend tags'
-        if not any(spec.contains(v, prereleases=True) for v in known):
+        if not any(spec.contains(v, prereleases=True) for v in releases):
             raise InputError(f"no TensorRT-LLM release in the matrix matches {shown(f.trtllm)}",
-                             f"known releases: {version_span(known)}")
+                             f"known releases: {version_span(releases)}")
         out["trtllm"] = spec
     if f.triton is not None:
         if engine not in ("triton-trtllm", "triton-vllm", "fastertransformer"):

@@ -30,8 +30,9 @@ from envkit.core.resolve.checks import (
     vllm_unary,
 )
 from envkit.core.resolve.engines import resolve_engine
+from envkit.core.resolve.pip_engines import resolve_pip_engine
 from envkit.core.resolve.query import KERNELS, given_version, local_builds, release_starts_with
-from envkit.model.engines import CONTAINER_ENGINES
+from envkit.model.engines import CONTAINER_ENGINES, PIP_ENGINES
 from envkit.model.flags import FLAG
 from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm, sass_runs_on
 from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution
@@ -408,6 +409,8 @@ def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
     """Newest consistent stack for q, or the conflicts of the nearest miss."""
     if q.engine in CONTAINER_ENGINES:
         return resolve_engine(m, q)
+    if q.engine in PIP_ENGINES:
+        return resolve_pip_engine(m, q, lambda sub: resolve(m, sub, suggest=False))
     c = Ctx(m, q)
     pick = _first_fit(c)
     if pick is not None:

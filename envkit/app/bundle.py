@@ -69,6 +69,25 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         say(f"{'fetched' if fetched else 'have'} {item.path}" + (" (sha256 verified)" if sha else ""))
 
 
+def _pypi_file(origin: str) -> bool:
+    return origin.startswith("https://files.pythonhosted.org/") and "#sha256=" in origin
+
+
+def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
+                     progress_factory: Callable[[str], ContextManager[Tick]]) -> None:
+    """Carried wheels that PyPI serves by file (a package installed without its dependencies), each checked by sha256."""
+    for item in plan.carried:
+        if not item.path.startswith("wheelhouse/") or not _pypi_file(item.origin):
+            continue
+        url, sha = item.origin.split("#sha256=", 1)
+        if plan.site.given:
+            url = plan.site.rewrite(url) or url
+        with progress_factory(item.path) as tick:
+            fetched = download(url, out / item.path, sha256=sha, progress=tick)
+        (report.downloaded if fetched else report.reused).append(item.path)
+        say(f"{'fetched' if fetched else 'have'} {item.path} (sha256 verified)")
+
+
 def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[str, ...], report: BundleReport, say: Say) -> None:
     dest = out / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
@@ -196,7 +215,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         report.files, report.bytes = len(files), sum(size for size, _ in files.values())
         return Bundled(g, report, out)
     for item in g.plan.carried:
-        if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links:
+        if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links and not _pypi_file(item.origin):
             raise InputError(f"{item.path} ({item.what}) is on no public index",
                              "pass --find-links DIR holding it (from the vendor's wheel site)")
     engine = _answering(engine)
@@ -210,6 +229,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         if found.foreign:
             say(f"carrying {len(found.foreign)} file(s) envkit did not write as they are (--force): {', '.join(found.foreign[:3])}")
     fetch_sources(g.plan, root, report, say, progress_factory)
+    fetch_pypi_files(g.plan, root, report, say, progress_factory)
     if pinned.pinned:
         downloaded, reused = fetch_locked_wheels(g.plan, pinned, root, find_links, say)
         report.downloaded += downloaded

@@ -805,7 +805,10 @@ _TRTLLM = _Spec(Trtllm, Table.of(
 _FTLLM = _Spec(Ftllm, Table.of(
     _req("package", _one_of("package", "ftllm", "ftllm-rocm")), _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet),
     _opt("wheel_sha256"), _opt("platform_tag"), _opt("cuda_major", _strict_int, int), _strs("requires"),
-    Field("cpu_lib", bool, bool, False), _strs("archs"), _opt("rocm"), _strs("server_endpoints"), _strs("unknown")))
+    Field("cpu_lib", bool, bool, False), _strs("archs"), _opt("rocm"), _strs("server_endpoints"), _strs("unknown"),
+    _strs("cpu_requires"), _opt("cpu_measured")),
+    check=lambda x: ("cpu_measured", "cpu_requires is a measurement: name the doc that records it (doc:docs/...)")
+    if x.cpu_requires and not (x.cpu_measured or "").startswith("doc:") else None)
 
 _SGLANG = _Spec(Sglang, Table.of(
     _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet), _opt("torch"), _strs("flashinfer"), _opt("kernel"),

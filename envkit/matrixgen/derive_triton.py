@@ -119,7 +119,7 @@ def derive_backend(docs: dict[str, Any]) -> list[dict[str, Any]]:
 
 _PIP_ENGINE_KEYS = {
     "ftllm": ("package", "version", "python", "wheel", "wheel_sha256", "platform_tag", "cuda_major", "requires", "cpu_lib",
-              "archs", "rocm", "server_endpoints", "unknown", "source"),
+              "archs", "rocm", "server_endpoints", "cpu_requires", "cpu_measured", "unknown", "source"),
     "sglang": ("version", "python", "torch", "flashinfer", "kernel", "cuda_major", "min_cc", "wheel", "unknown", "source"),
     "paddle": ("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image", "unknown", "source"),
 }

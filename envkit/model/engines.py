@@ -226,6 +226,14 @@ class Ftllm:
     rocm: Optional[str] = None
     server_endpoints: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    cpu_requires: tuple[str, ...] = ()  # measured: what its CPU server imports (installed instead of its declared deps)
+    cpu_measured: Optional[str] = None  # the doc of this repository that records that measurement
+
+    @property
+    def wheel_url(self) -> Optional[str]:
+        """The wheel's PyPI file URL, as the row's source names it first (with its #sha256=)."""
+        first = self.source.split()[0] if self.source else ""
+        return first if first.startswith("https://files.pythonhosted.org/") and first.split("#")[0].endswith(self.wheel) else None
 
 
 @dataclass(frozen=True)
@@ -272,7 +280,10 @@ class EnginePackages:
     index_url: Optional[str] = None  # an extra index (Paddle's), through the site's rewrite
     find_links: Optional[str] = None  # an extra find-links page (Paddle's stable.html)
     server: tuple[str, ...] = ()  # the server's command line in the image, where the engine has one
+    no_deps: tuple[str, ...] = ()  # installed after `packages` without their declared dependencies (a measured set instead)
+    wheel_url: Optional[str] = None  # the no-deps package's PyPI file (#sha256=...), carried into an offline bundle
 
     def to_json(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "packages": list(self.packages), "index_url": self.index_url,
-                "find_links": self.find_links, "server": list(self.server), "source": self.source}
+                "find_links": self.find_links, "server": list(self.server), "source": self.source,
+                "no_deps": list(self.no_deps), "wheel_url": self.wheel_url}

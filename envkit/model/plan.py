@@ -89,6 +89,7 @@ class PipStep:
     find_links: Optional[str] = None
     extra_index_url: Optional[str] = None
     extra_find_links: Optional[str] = None  # a find-links page besides the index (Paddle's stable.html)
+    no_deps: bool = False  # the packages alone: their declared dependencies are installed by an earlier step or not needed
 
     @property
     def pip_source(self) -> tuple[str, ...]:
@@ -96,7 +97,7 @@ class PipStep:
         local = ("--no-index", "--find-links", self.find_links) if self.find_links else ()
         extra = ("--extra-index-url", self.extra_index_url) if self.extra_index_url else ()
         page = ("--find-links", self.extra_find_links) if self.extra_find_links and not self.find_links else ()
-        return local + extra + page
+        return ("--no-deps",) * self.no_deps + local + extra + page
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from envkit.model.plan import (
     ImportCheckStep,
     KernelsStep,
     LabelsStep,
+    Network,
     PipStep,
     PythonTarballStep,
     Serve,
@@ -597,8 +598,14 @@ class EngineWheels(Block):
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
         p = self.packages
         title, why = f"{p.engine} {p.version}", f"--engine {p.engine}: {', '.join(p.packages)}"
+        alone: tuple[Step, ...] = ()
+        if p.no_deps:
+            alone = (Step("build-engine-nodeps", f"{', '.join(p.no_deps)} without its declared dependencies",
+                          "the packages before it are what it imports here (measured; see the matrix row's cpu_measured)",
+                          PipStep(p.no_deps, find_links=WHEELHOUSE if ctx.offline else ctx.find_links, no_deps=True),
+                          Network.NONE if ctx.offline else ctx.index_network),)
         if ctx.offline:
-            return (Step("build-engine", title, why, PipStep(p.packages, find_links=ctx.find_links or WHEELHOUSE)),)
+            return (Step("build-engine", title, why, PipStep(p.packages, find_links=ctx.find_links or WHEELHOUSE)),) + alone
         index = page = None
         urls: tuple[str, ...] = ()
         network = ctx.index_network
@@ -609,7 +616,14 @@ class EngineWheels(Block):
             page, network = ctx.network.url("build-engine", p.find_links)
             urls += (p.find_links,)
         return (Step("build-engine", title, why + ("; from " + " and ".join(urls) if urls else ""),
-                     PipStep(p.packages, find_links=ctx.find_links, extra_index_url=index, extra_find_links=page), network, urls),)
+                     PipStep(p.packages, find_links=ctx.find_links, extra_index_url=index, extra_find_links=page), network, urls),) + alone
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        p = self.packages
+        if not ctx.offline or not p.no_deps or not p.wheel_url:
+            return ()
+        name = p.wheel_url.split("#")[0].rsplit("/", 1)[1]
+        return (Carried(f"wheelhouse/{name}", f"{p.no_deps[0]} (installed without its declared dependencies)", p.wheel_url),)
 
     def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
         return self.packages.packages

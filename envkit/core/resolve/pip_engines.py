@@ -207,8 +207,11 @@ def _queries(m: Matrix, q: Query, row: Row) -> Iterator[Union[Query, Conflict]]:
 def _packages(row: Row, plat: str) -> EnginePackages:
     if isinstance(row, Ftllm):
         device = "cpu" if plat == "cpu" else "cuda"
-        return EnginePackages("fastllm", str(row.version), (f"{row.package}=={row.version}",), row.source,
-                              server=("ftllm", "server", MODEL_DIR, "--device", device, "--host", "0.0.0.0", "--port", str(SERVE_PORT)))
+        server = ("ftllm", "server", MODEL_DIR, "--device", device, "--host", "0.0.0.0", "--port", str(SERVE_PORT))
+        if plat == "cpu" and row.cpu_requires:  # the measured CPU set instead of the CUDA wheels it declares
+            return EnginePackages("fastllm", str(row.version), row.cpu_requires, row.source, server=server,
+                                  no_deps=(f"{row.package}=={row.version}",), wheel_url=row.wheel_url)
+        return EnginePackages("fastllm", str(row.version), (f"{row.package}=={row.version}",), row.source, server=server)
     if isinstance(row, Sglang):
         pins = [f"sglang=={row.version}", _pin(row.kernel), *(_pin(f) for f in row.flashinfer)]
         return EnginePackages("sglang", str(row.version), tuple(p for p in pins if p), row.source,

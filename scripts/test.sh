@@ -12,6 +12,7 @@ PY=${PYTHON:-python3}
 ./scripts/start-podman.sh
 ./scripts/start-vllm-env.sh
 ./scripts/start-triton-env.sh
+./scripts/start-fastllm-env.sh
 command -v docker-registry > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry > /dev/null  # push tests
 .venv/bin/envkit matrix check
 .venv/bin/envkit matrix refresh --check

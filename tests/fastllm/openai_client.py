@@ -28,7 +28,8 @@ from openai import OpenAI
 
 
 def prompts(path: str, n: int) -> list:
-    rows = [json.loads(line)["prompt"] for line in open(path, encoding="utf-8") if line.strip()]
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line)["prompt"] for line in f if line.strip()]
     return [rows[i % len(rows)] for i in range(n)]
 
 
@@ -70,7 +71,9 @@ def level(url: str, model: str, dataset: str, output_len: int, num_prompts: int,
         results = list(pool.map(lambda p: one(client, model, p, output_len), todo))
     wall = time.perf_counter() - start
     ok = [r for r in results if r["ok"]]
-    mean = lambda xs: round(statistics.fmean(xs), 3) if xs else None  # noqa: E731
+
+    def mean(xs: list) -> "float | None":
+        return round(statistics.fmean(xs), 3) if xs else None
     return {"concurrency": concurrency, "requests": len(results), "completed": len(ok), "failed": len(results) - len(ok),
             "errors": sorted({r["error"] for r in results if not r["ok"]})[:3], "duration_s": round(wall, 3),
             "output_throughput": round(sum(r["tokens"] for r in ok) / wall, 2),

@@ -36,9 +36,11 @@ USAGE = chunk({"object": "chat.completion.chunk", "choices": [], "usage": {"prom
 # ---------------------------------------------------------------- request bodies
 
 def test_the_chat_body_is_one_user_message_with_vllms_extra_keys():
+    """ignore_eos and stream_options, as vLLM's own chat client sends; not min_tokens, which slowed vLLM's steps."""
     doc = json.loads(oh.request_body("chat", "tiny", "hello there", 8))
     assert doc == {"model": "tiny", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8, "temperature": 0.0,
-                   "stream": True, "min_tokens": 8, "ignore_eos": True, "stream_options": {"include_usage": True}}
+                   "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    assert oh.extra_keys("chat") == ("ignore_eos", "stream_options") and oh.extra_keys("completions") == oh.EXTRA_KEYS
 
 
 def test_without_extras_only_the_portable_openai_keys_are_sent():

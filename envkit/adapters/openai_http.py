@@ -4,10 +4,12 @@ timed for TTFT and TPOT, and the GET probes of the readiness wait (/v1/models, /
 
 Both endpoints get the same body but for the prompt: `prompt` (text or token ids) for completions, one user message
 for chat (`messages: [{"role": "user", "content": TEXT}]`; token ids become words first, as the Triton sweep's).
-The body carries max_tokens, temperature 0 and stream, the portable OpenAI keys, and by default EXTRA_KEYS too:
-vLLM's min_tokens and ignore_eos (every request generates exactly max_tokens) and stream_options.include_usage (the
-server's own token counts in a last chunk). A server that refuses keys it does not know sends with extras=False
-(app/sweep.py decides, at the warm-up).
+The body carries max_tokens, temperature 0 and stream, the portable OpenAI keys, and by default the endpoint's
+extra keys too (extra_keys): vLLM's ignore_eos (every request generates exactly max_tokens), and
+stream_options.include_usage (the server's own token counts in a last chunk); completions also min_tokens, as it
+always had. Chat leaves min_tokens out: it adds nothing to ignore_eos, vLLM's own chat client does not send it, and
+on vLLM's CPU engine it made every step 8-12 % slower (docs/benchmarks-serving.md). A server that refuses keys it
+does not know is sent extras=False (app/sweep.py decides, at the warm-up).
 
 The stream is read chunk by chunk (`parse_chunk`, pure):
 - completions: every chunk with choices is a token event, text or not (vLLM's client's rule).
@@ -81,7 +83,12 @@ def model_ids(doc: Any) -> list[str]:
 
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}  # --endpoint NAME: the path
-EXTRA_KEYS = ("min_tokens", "ignore_eos", "stream_options")  # sent unless extras=False
+EXTRA_KEYS = ("min_tokens", "ignore_eos", "stream_options")  # sent unless extras=False; chat: not min_tokens
+
+
+def extra_keys(endpoint: str) -> tuple[str, ...]:
+    """The keys beyond the portable OpenAI ones that `endpoint`'s requests carry with extras."""
+    return EXTRA_KEYS[1:] if endpoint == "chat" else EXTRA_KEYS
 
 
 def chat_text(prompt: Union[str, list[int]]) -> str:
@@ -101,7 +108,8 @@ def request_body(endpoint: str, model: str, prompt: Union[str, list[int]], outpu
         doc["prompt"] = prompt
     doc.update({"max_tokens": output_len, "temperature": 0.0, "stream": True})
     if extras:
-        doc.update({"min_tokens": output_len, "ignore_eos": True, "stream_options": {"include_usage": True}})
+        doc.update({k: v for k, v in (("min_tokens", output_len), ("ignore_eos", True), ("stream_options", {"include_usage": True}))
+                    if k in extra_keys(endpoint)})
     return json.dumps(doc).encode()
 
 
@@ -188,6 +196,7 @@ def one_request(url: str, model: str, prompt: Any, output_len: int, timeout: flo
             if chunk.token:
                 now = time.perf_counter()
                 tokens += 1
+                res.output_chars += len(chunk.text)
                 if last is None:
                     res.ttft = now - start
                 else:

@@ -11,8 +11,9 @@ tensors; docs/triton-sweep.md). Either way with vLLM's metric definitions (bench
 Before the first level, as `vllm bench serve` does: a readiness wait (GET /v1/models, else /health, until the
 server answers or --ready-timeout passes: one line and exit 4 when it never does), the model from /v1/models
 when --model is not given, and one warm-up request whose failure stops the sweep with its reason. OpenAI: when the
-warm-up is refused as a bad request (HTTP 400 or 422), it is sent once more without vLLM's extra keys (min_tokens,
-ignore_eos, stream_options: openai_http.EXTRA_KEYS); when that one passes, the whole sweep goes without them, and says so. Requests are
+warm-up is refused as a bad request (HTTP 400 or 422), it is sent once more without vLLM's extra keys (ignore_eos,
+stream_options, and for completions min_tokens: openai_http.extra_keys); when that one passes, the whole sweep goes
+without them, and says so. Requests are
 sent all at once, or at --request-rate per second as a seeded Poisson process; the concurrency caps how many are
 in flight. An API key (--api-key, OPENAI_API_KEY) goes in `Authorization: Bearer` and nowhere else.
 Triton's readiness wait is GET /v2/health/ready, then GET /v2/models/MODEL/ready (MODEL: --model, default ensemble).
@@ -59,8 +60,9 @@ def one_request(url: str, model: str, prompt: Prompt, output_len: int, api_key: 
 def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
               api_key: Optional[str] = None, protocol: str = "openai", nest: bool = False, endpoint: str = "completions",
-              extras: bool = True) -> dict:
-    """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second."""
+              extras: bool = True, kept: Optional[list[RequestResult]] = None) -> dict:
+    """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second.
+    With `kept`, each request's own result is appended to it too (envkit compare's single batch)."""
     done = [0]
     lock = threading.Lock()
 
@@ -83,6 +85,8 @@ def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], conc
             futures.append(pool.submit(task, req))
         results = [f.result() for f in futures]
     wall = time.perf_counter() - start
+    if kept is not None:
+        kept.extend(results)
     return summarize(results, wall, concurrency)
 
 
@@ -200,7 +204,7 @@ def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Op
     if protocol != TRITON and r.error.startswith(REFUSED_AS_BAD):
         plain = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, endpoint=endpoint, extras=False)
         if plain.ok:
-            say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.EXTRA_KEYS)}): {_one_line(r.error, 160)}; "
+            say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.extra_keys(endpoint))}): {_one_line(r.error, 160)}; "
                 "it took one without them, so the sweep sends none: a request may stop before --output-len at its end-of-sequence "
                 "token, and tokens are counted from the streamed chunks where the server sends no usage")
             return False

@@ -35,7 +35,7 @@ EXPORT_PROJECT = ROOT / "tests" / "golden" / "export" / "envkit.toml"
 
 # The schema of each document (the docs/json-schemas.md table); site and project describe TOML files.
 DOCUMENTS = {"resolve", "generate", "plan", "lock", "solution", "bundle", "manifest", "build", "selftest", "sweep", "doctor",
-             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show", "serve", "push"}
+             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show", "serve", "push", "compare"}
 USER_FILES = {"site", "project"}
 WITHOUT_VERSION_KEY = {"solution", "site", "project"}  # the solution sits inside versioned documents; the TOML files have none
 
@@ -372,6 +372,31 @@ def test_serving_sweep_document_and_its_report_file(tmp_path):
     refused(broken, "sweep", "a level without its failures")
 
 
+def test_compare_document_against_two_loopback_servers(tmp_path):
+    """envkit compare --json: a completions server and one whose requests run out of memory after the warm-up."""
+    with serve(_OpenAI) as a, serve(_OutOfMemory) as b:
+        doc = strict(envkit_json("compare", "--engine", f"vllm=openai:http://127.0.0.1:{a.server_port}", "--engine",
+                                 f"other=openai:http://127.0.0.1:{b.server_port}", "--concurrency", "2", "--num-prompts", "2",
+                                 "--input-len", "4", "--output-len", "3", "--dtype", "float32", "--json"), "compare")
+    assert doc["ok"] is True and doc["concurrency"] == [1, 2] and doc["model"] == "tiny"    # out of memory is a finding
+    vllm, other = doc["engines"]
+    assert vllm["single_batch"]["output_tokens"] == 6 and vllm["single_batch"]["output_chars"] == 6
+    assert other["single_batch"]["tokens_per_s"] is None and other["levels"][1]["out_of_memory"] is True
+    refused({**doc, "engines": []}, "compare", "no engine")
+    broken = copy.deepcopy(doc)
+    broken["engines"][0]["kind"] = "triton"
+    refused(broken, "compare", "an unknown kind")
+    broken = copy.deepcopy(doc)
+    del broken["engines"][0]["single_batch"]["chars_per_s"]
+    refused(broken, "compare", "a single batch without characters/s")
+    broken = copy.deepcopy(doc)
+    broken["engines"][0]["levels"] = []
+    refused(broken, "compare", "a server without levels")
+    hf = {**copy.deepcopy(vllm), "kind": "hf", "target": "/models/tiny", "endpoint": None, "device": "cpu", "levels": []}
+    validate({**doc, "engines": [hf]}, "compare")
+    refused({**doc, "engines": [{**hf, "levels": vllm["levels"]}]}, "compare", "hf with a concurrency sweep")
+
+
 # ---------------------------------------------------------------- doctor and the probe's facts
 
 RECORD = {"schema": 1, "nvidia": {"driver": "470.82.01", "cuda_driver": "11.4", "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0"}]},
@@ -671,6 +696,7 @@ EXERCISED_BY = {
     "selftest": ["test_selftest_document_here_and_from_the_in_image_script", "test_recorded_gpu_selftest_documents",
                  "test_selftest_with_image_sample"],
     "sweep": ["test_serving_sweep_document_and_its_report_file"],
+    "compare": ["test_compare_document_against_two_loopback_servers"],
     "doctor": ["test_doctor_documents_on_recorded_facts_this_host_and_for"],
     "facts": ["test_doctor_documents_on_recorded_facts_this_host_and_for", "test_mistyped_facts_are_refused_by_the_schema"],
     "inspect": ["test_inspect_sample_from_a_generated_label_and_doctors_findings"],

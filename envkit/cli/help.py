@@ -54,6 +54,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "envkit doctor --facts host.json --json",
     ),
     "inspect": ("envkit inspect llm:cu124",),
+    "compare": (
+        "envkit compare --engine vllm=openai:http://127.0.0.1:8000 --engine fastllm=chat:http://127.0.0.1:8080 --model-name tiny",
+        "envkit compare --engine transformers=hf:./tiny --engine vllm=openai:http://127.0.0.1:8000 --concurrency 1,4,8 --markdown r.md --png r.png",
+        "envkit compare --engine a=openai:http://127.0.0.1:8000 --dtype float16 --site \"A100 (lab)\" --json",
+    ),
     "export": ("envkit matrix export --format github --project envkit.toml -o .github/workflows/images.yml",),
     "check": ("envkit matrix check", "envkit matrix check my-matrix.toml --json"),
     "refresh": ("envkit matrix refresh --check",),

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from envkit import __version__, ui
-from envkit.cli import checks, matrix, stack
+from envkit.cli import checks, compare, matrix, stack
 from envkit.cli.help import EXIT_CODES, epilog
 from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EnvkitError, InputError
 
@@ -30,7 +30,8 @@ class ProgressMode(str, Enum):
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=EXIT_CODES,
                   help="Resolve, generate, build and self-test GPU environments for LLM serving.")
 COMMANDS: tuple[Callable[..., None], ...] = (stack.resolve, stack.generate, stack.lock, stack.bundle, stack.build, checks.selftest,
-                                             checks.serve, checks.push, checks.doctor, checks.inspect)
+                                             checks.serve, checks.push, checks.doctor, checks.inspect,
+                                             compare.compare)
 MATRIX_COMMANDS: tuple[Callable[..., None], ...] = (matrix.export, matrix.check, matrix.refresh, matrix.show)
 for command in COMMANDS:
     app.command(epilog=epilog(command.__name__))(command)

@@ -20,6 +20,7 @@ class RequestResult:
     latency: float = 0.0
     itl: list[float] = field(default_factory=list)
     error: str = ""
+    output_chars: int = 0  # characters of the streamed text (envkit compare's characters/s)
 
 
 def percentile(xs: list[float], q: int) -> float:

@@ -244,7 +244,7 @@ class _Chat(EventStream):
     def failure(self, request):
         if self.path != "/v1/chat/completions":
             return (404, b"not found")
-        return (422, b"min_tokens unknown") if "min_tokens" in request else None
+        return (422, b"ignore_eos unknown") if "ignore_eos" in request else None
 
 
 def test_the_command_against_a_completions_and_a_chat_server(tmp_path):
@@ -260,6 +260,7 @@ def test_the_command_against_a_completions_and_a_chat_server(tmp_path):
     assert vllm["single_batch"]["output_tokens"] == 12 and vllm["single_batch"]["output_chars"] == 36
     assert fast["endpoint"] == "chat" and fast["dtype"] == "int8" and fast["single_batch"]["output_chars"] == 60   # é is one character
     assert all(r[1] == "/v1/chat/completions" for r in _Chat.seen if r[0] == "POST")
+    assert "ignore_eos" not in _Chat.seen[-1][3] and "sends none" in p.stderr     # retried without the extras
     assert [r[3]["messages"][0]["content"].count(" ") for r in _Chat.seen if r[0] == "POST"][-1] == 4          # 5 token ids as 5 words
     md = (tmp_path / "out" / "r.md").read_text()
     assert "| CPU (loopback) | int8 | fastllm |" in md and "### Concurrency sweep: fastllm" in md

@@ -62,7 +62,8 @@ def _t(templates: Templates, name: str, **values: str) -> str:
     return Template(templates.fragments[name]).substitute(values)
 
 
-def _label_value(text: str) -> str:
+def label_value(text: str) -> str:
+    """A LABEL value's text inside double quotes: backslashes, quotes and $ escaped."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
 
 
@@ -236,9 +237,9 @@ def _import_check(payload: ImportCheckStep, step: Step, r: _Rendering) -> str:
 def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     plan = r.plan
     sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
-    return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=_label_value(plan.stack),
-                      envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=_label_value(sol_json),
-                      base_name=_label_value(plan.stages[-1].image),
+    return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=label_value(plan.stack),
+                      envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=label_value(sol_json),
+                      base_name=label_value(plan.stages[-1].image),
                       cmd="" if plan.options.serve is not None else 'CMD ["python"]')
 
 
@@ -251,7 +252,7 @@ def _copy_model(payload: CopyModelStep, step: Step, r: _Rendering) -> str:
 def _serve(payload: ServeStep, step: Step, r: _Rendering) -> str:
     return r.fragment("serve", uid=str(payload.uid), home=payload.home, port=str(payload.port), health_url=payload.health_url,
                       env=" ".join(f"{key}={value}" for key, value in payload.env),
-                      labels=" \\\n      ".join(f'{key}="{_label_value(value)}"' for key, value in payload.labels),
+                      labels=" \\\n      ".join(f'{key}="{label_value(value)}"' for key, value in payload.labels),
                       argv=json.dumps(list(payload.argv)))
 
 

@@ -16,7 +16,7 @@ from string import Template
 from typing import Mapping, Optional
 
 from envkit import __version__
-from envkit.core.render import pip_conf, site_env
+from envkit.core.render import label_value, pip_conf, site_env
 from envkit.errors import InputError
 from envkit.model.engines import CARRIED_ENSEMBLES, NVIDIA_INDEX, EngineOptions, EngineSolution, WheelBase
 from envkit.model.site import Site
@@ -142,8 +142,15 @@ def server_command(sol: EngineSolution, opts: EngineOptions) -> list[str]:
             f"--metrics-port={PORTS[2]}"]
 
 
-def _label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+def _labels(sol: EngineSolution, description: str, base: str) -> str:
+    """The image's LABEL instruction: OCI labels and the answer (io.envkit.engine)."""
+    solution = json.dumps(sol.flat(), sort_keys=True, separators=(",", ":"))
+    return "LABEL " + " \\\n      ".join([
+        f'org.opencontainers.image.title="envkit {sol.engine} image"',
+        f'org.opencontainers.image.description="{label_value(description)}"',
+        f'org.opencontainers.image.vendor="envkit {__version__}"',
+        f'org.opencontainers.image.base.name="{label_value(base)}"',
+        f'io.envkit.engine="{label_value(solution)}"'])
 
 
 def stack_line(sol: EngineSolution) -> str:
@@ -226,13 +233,7 @@ def dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: st
         lines.append(f"COPY model_repo/ {MODEL_REPO}/")
     scripts = ["envkit/solution.json"] + (["envkit/build-engine.sh"] if sol.workflow == "ensemble" else [])
     lines.append(f"COPY {' '.join(scripts)} /opt/envkit/")
-    solution = json.dumps(sol.flat(), sort_keys=True, separators=(",", ":"))
-    lines.append("LABEL " + " \\\n      ".join([
-        f'org.opencontainers.image.title="envkit {sol.engine} image"',
-        f'org.opencontainers.image.description="{_label(stack_line(sol))}"',
-        f'org.opencontainers.image.vendor="envkit {__version__}"',
-        f'org.opencontainers.image.base.name="{_label(site.image(sol.image))}"',
-        f'io.envkit.engine="{_label(solution)}"']))
+    lines.append(_labels(sol, stack_line(sol), site.image(sol.image)))
     if sol.workflow == "fastertransformer":
         lines.append(f"ENV CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(opts.tp))}")
     lines.append("EXPOSE " + " ".join(str(p) for p in (PORTS if sol.workflow != "trtllm-serve" else PORTS[:1])))
@@ -265,13 +266,7 @@ def _wheel_dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, comm
               "    && rm -rf /var/lib/apt/lists/*",
               f"RUN python3 -m pip install --no-cache-dir \"tensorrt_llm=={r.version}\" --extra-index-url {index}",
               "COPY envkit/solution.json /opt/envkit/"]
-    solution = json.dumps(sol.flat(), sort_keys=True, separators=(",", ":"))
-    lines.append("LABEL " + " \\\n      ".join([
-        f'org.opencontainers.image.title="envkit {sol.engine} image"',
-        f'org.opencontainers.image.description="TensorRT-LLM {r.version} (wheel), CUDA {base.cuda}"',
-        f'org.opencontainers.image.vendor="envkit {__version__}"',
-        f'org.opencontainers.image.base.name="{_label(site.image(base.image))}"',
-        f'io.envkit.engine="{_label(solution)}"']))
+    lines.append(_labels(sol, f"TensorRT-LLM {r.version} (wheel), CUDA {base.cuda}", site.image(base.image)))
     lines += [f"EXPOSE {PORTS[0]}", "CMD " + json.dumps(server_command(sol, opts))]
     return "\n".join(lines) + "\n", files
 

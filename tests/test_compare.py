@@ -1,7 +1,7 @@
 """envkit compare without real engines: the engine specs, the single-batch figures, both tables from plain values, the
 out-of-memory row, the Markdown, the PNG, and bad input as one line and exit 2 (an unreachable server: exit 4). Real
 loopback servers (tests/servers.py) for the command itself; the real vLLM, fastllm and transformers run is
-tests/integration/test_compare.py."""
+tests/integration/test_compare_engines.py."""
 from __future__ import annotations
 
 import json

@@ -31,7 +31,8 @@ POOLS: dict[str, list[str]] = {
     "vllm": sorted({str(v.version) for v in M.vllm})[-15:] + ["0.6", ">=0.8"],
     "kernels": ["layer_norm", "rotary", "layer_norm,rotary"],
     "kernels_from": ["2.7.4.post1", "2.6.3", "2.8.3", "2.7"],
-    "engine": ["torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "tritn"],
+    "engine": ["torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "tritn", "fastllm", "fastllm==0.1.7.1"],
+    "engine_build": ["wheel", "source", "sorce"],
     "trtllm": sorted({str(r.version) for r in M.trtllm}) + ["0.8", ">=0.15", "1"],
     "triton": sorted({t.release for t in M.triton})[-10:] + ["23.10", "2405", "24.5"],
 }
@@ -84,6 +85,8 @@ def honoured(flags: dict[str, str], doc: dict) -> None:
         assert Version(s["torch"]["version"]) == Version(torch)
     if s["platform"] == "cpu":
         assert not toolkits
+    if flags.get("engine_build", "").strip().lower() == "source":
+        assert s["engine"]["build"]["from"] == "source", s["engine"]
 
 
 @fuzz_settings(600)

@@ -52,6 +52,13 @@ CASES = {
     "cpu-fastllm-offline": ({"platform": "cpu", "torch": "2.13.0", "engine": "fastllm"}, None, True),
     # issue 17: SGLang with its torch, kernel and flashinfer pins on an H100
     "h100-sglang": ({"gpu": "H100", "engine": "sglang"}, None, False),
+    # issue 17: fastllm compiled from its tag with CMake: -DCUDA_ARCH=90 for the H100 (its default, native, asks the
+    # builder's GPU), the published wheel's CPU flags; the archive through the intranet's rewrite of github.com
+    "h100-fastllm-source-intranet": ({"gpu": "H100", "engine": "fastllm==0.1.7.1", "engine_build": "source"},
+                                     f"{SITES}/intranet-nvidia.toml", False),
+    # the CPU library from the same tag, offline: the archive carried in sources/
+    "cpu-fastllm-source-offline": ({"platform": "cpu", "torch": "2.13.0", "engine": "fastllm==0.1.7.1", "engine_build": "source"},
+                                   None, True),
     # issue 17 / seed 002: the seed's paddlepaddle-gpu 2.5.0.post117 (CUDA 11.7) from Paddle's page through the intranet's rewrite
     "seed-paddle-intranet": ({"gpu": "RTX A6000", "engine": "paddle==2.5.0.post117"}, f"{SITES}/intranet-nvidia.toml", False),
     # the CI image (tests/integration/test_cuda_image.py): csrc/rotary alone from the 2.7.4.post1 sdist, torch from PyPI

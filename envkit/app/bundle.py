@@ -23,7 +23,7 @@ from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import OsRelease
-from envkit.model.plan import PYTHON_FTP, BuildPlan, Options, ToolkitSource
+from envkit.model.plan import BuildPlan, Options, ToolkitSource
 from envkit.model.solution import Unsolved
 
 Say = Callable[[str], None]
@@ -58,9 +58,8 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         dest = out / item.path
         if name.startswith("flash_attn-"):
             url, sha = _sdist_url(plan, name, "flash-attn")
-        else:
-            full = name[len("Python-"):].rsplit(".", 1)[0]
-            url, sha = f"{PYTHON_FTP}/{full}/{name}", None
+        else:  # CPython's tarball, fastllm's tag archive: where the plan says it comes from, through the site's rewrite
+            url, sha = item.origin, None
             if plan.site.given:
                 url = plan.site.rewrite(url) or url
         with progress_factory(name) as tick:

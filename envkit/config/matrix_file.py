@@ -27,7 +27,7 @@ from envkit import data
 from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
 from envkit.config.userfile import read_bytes
 from envkit.errors import MatrixError, MatrixProblem
-from envkit.model.engines import FasterTransformer, Ftllm, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
+from envkit.model.engines import FasterTransformer, Ftllm, FtllmSource, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
     VENDOR_PLATFORM,
@@ -810,6 +810,15 @@ _FTLLM = _Spec(Ftllm, Table.of(
     check=lambda x: ("cpu_measured", "cpu_requires is a measurement: name the doc that records it (doc:docs/...)")
     if x.cpu_requires and not (x.cpu_measured or "").startswith("doc:") else None)
 
+_FTLLM_SOURCE = _Spec(FtllmSource, Table.of(
+    _VERSION, _req("tag"), _req("commit"), _SOURCE, _opt("date"), _opt("cmake_minimum"), _strs("options"),
+    _opt("cuda_arch_default"), Field("cxx_march_native", bool, bool, False), _opt("portable_option"), _strs("cuda_libs"),
+    Field("numa", bool, bool, False), _opt("python_package"), _strs("base_requires"), _strs("server_requires"),
+    _strs("server_pins"), _opt("measured")),
+    check=lambda x: ("commit", "a full 40-digit commit id") if not re.fullmatch(r"[0-9a-f]{40}", x.commit)
+    else ("measured", "server_pins is a measurement: name the doc that records it (doc:docs/...)")
+    if x.server_pins and not (x.measured or "").startswith("doc:") else None)
+
 _SGLANG = _Spec(Sglang, Table.of(
     _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet), _opt("torch"), _strs("flashinfer"), _opt("kernel"),
     _opt("cuda_major", _strict_int, int), _opt("min_cc", _cc), _strs("unknown")))
@@ -836,7 +845,7 @@ _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
     "dtk": _read_dtk, "flash_attn": _FLASH_ATTN.read, "flash_attn_broken": _FA_BROKEN.read,
     "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
     "triton": _TRITON.read, "trtllm_backend": _TRTLLM_BACKEND.read, "trtllm": _TRTLLM.read,
-    "fastertransformer": _FASTERTRANSFORMER.read, "ftllm": _FTLLM.read, "sglang": _SGLANG.read, "paddle": _PADDLE.read,
+    "fastertransformer": _FASTERTRANSFORMER.read, "ftllm": _FTLLM.read, "ftllm_source": _FTLLM_SOURCE.read, "sglang": _SGLANG.read, "paddle": _PADDLE.read,
 }
 
 MAX_DEPTH = 16
@@ -924,7 +933,7 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         os=tuple(t["os"]), raw=raw,
         triton=tuple(sorted(t["triton"], key=lambda x: x.key, reverse=True)), trtllm_backend=_by_version(t["trtllm_backend"]),
         trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None,
-        ftllm=_by_version(t["ftllm"]), sglang=_by_version(t["sglang"]), paddle=tuple(t["paddle"]))
+        ftllm=_by_version(t["ftllm"]), ftllm_source=_by_version(t["ftllm_source"]), sglang=_by_version(t["sglang"]), paddle=tuple(t["paddle"]))
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -24,6 +24,7 @@ from envkit.model.plan import (
     WHEELHOUSE,
     AptStep,
     BuildPlan,
+    CMakeStep,
     CopyModelStep,
     CopyVenvStep,
     CopyWheelStep,
@@ -202,6 +203,12 @@ def _kernels(payload: KernelsStep, step: Step, r: _Rendering) -> str:
                    f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
     return r.fragment("kernels", prelude=prelude, sdist=payload.sdist, targets=",".join(payload.targets),
                       arch_list=";".join(payload.arch_list), host_march=payload.host_march)
+
+
+@_payload_text.register
+def _cmake(payload: CMakeStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("cmake", archive=payload.archive, tree=payload.name, target=payload.target, package_dir=payload.package_dir,
+                      cmake_args=" ".join(shlex.quote(a) for a in payload.cmake_args))
 
 
 @_payload_text.register

@@ -137,3 +137,25 @@ def derive_pip_engine(table: str, docs: dict[str, Any]) -> list[dict[str, Any]]:
                 raise ValueError(f"{table} {r.get('version')}: its source must start with its URL")
             rows.append(row)
     return rows
+
+
+def derive_ftllm_source(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    """[[ftllm_source]]: one row per fastllm tag in ftllm-source.json (envkit.matrixgen.ftllm_source), newest first, with
+    the measured server set of ftllm-source-measured.toml where a tag has one.
+    `numa`: libnuma is linked by default when one of the switches whose block links it is an option() that is ON."""
+    rows = []
+    measured = {m["version"]: m for doc in docs.values() for m in doc.get("measured", [])}
+    for doc in docs.values():
+        for t in doc.get("tags", []):
+            options = t["options"]
+            row: dict[str, Any] = {"version": t["tag"].lstrip("v"), "tag": t["tag"], "commit": t["commit"], "date": t["date"],
+                                   "cmake_minimum": t["cmake_minimum"], "options": [f"{k}={v}" for k, v in sorted(options.items())],
+                                   "cuda_arch_default": t["cuda_arch_default"], "cxx_march_native": t["cxx_march_native"],
+                                   "portable_option": t["portable_option"], "cuda_libs": t["cuda_libs"],
+                                   "numa": any(options.get(o) == "ON" for o in t["numa_options"]),
+                                   "python_package": t["python_package"], "base_requires": t.get("base_requires") or [],
+                                   "server_requires": t.get("server_requires") or [], "source": t["citation"]}
+            m = measured.get(row["version"], {})
+            row.update({"server_pins": m.get("server_pins"), "measured": m.get("measured")})
+            rows.append({k: v for k, v in row.items() if v not in (None, "", [])})
+    return sorted(rows, key=lambda x: tuple(int(p) for p in x["version"].split(".")), reverse=True)

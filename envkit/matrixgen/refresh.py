@@ -80,6 +80,12 @@ def _pip_engine(table: str) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
     return derive
 
 
+def _ftllm_source(docs: dict[str, Any]) -> list[dict[str, Any]]:
+    from .derive_triton import derive_ftllm_source
+
+    return derive_ftllm_source(docs)
+
+
 REGIONS: tuple[Region, ...] = (
     Region("flash_attn", "flash-attn", _flash_attn),
     Region("torch", "torch", _torch),
@@ -88,6 +94,7 @@ REGIONS: tuple[Region, ...] = (
     Region("trtllm_backend", "triton", _trtllm_backend),
     Region("trtllm", "trtllm", _trtllm, "*.toml"),
     Region("ftllm", "engines", _pip_engine("ftllm"), "ftllm.toml"),
+    Region("ftllm_source", "engines", _ftllm_source, "ftllm-source*"),
     Region("sglang", "engines", _pip_engine("sglang"), "sglang.toml"),
     Region("paddle", "engines", _pip_engine("paddle"), "paddle.toml"),
 )

@@ -270,6 +270,43 @@ class Paddle:
     unknown: tuple[str, ...] = ()
 
 
+FASTLLM_REPOSITORY = "https://github.com/ztxz16/fastllm"
+
+
+@dataclass(frozen=True)
+class FtllmSource:
+    """A fastllm source tag: the commit a build carries (GitHub's archive of it) and what the build needs to know, as
+    that tag's CMakeLists.txt and tools/scripts/setup.py state it."""
+    version: Version
+    tag: str
+    commit: str
+    source: str
+    date: Optional[str] = None
+    cmake_minimum: Optional[str] = None
+    options: tuple[str, ...] = ()  # every option() as NAME=DEFAULT
+    cuda_arch_default: Optional[str] = None  # CUDA_ARCH when neither it nor CMAKE_CUDA_ARCHITECTURES is given ("native")
+    cxx_march_native: bool = False  # the CPU code is compiled with -march=native unless portable_option is ON
+    portable_option: Optional[str] = None  # MAKE_WHL_X86: the published wheel's -mavx2 -mfma flags instead
+    cuda_libs: tuple[str, ...] = ()  # what USE_CUDA links
+    numa: bool = False  # libnuma linked by default (an option that is ON guards it)
+    python_package: Optional[str] = None  # the package fastllm_tools' POST_BUILD lays out under BUILD/tools/
+    base_requires: tuple[str, ...] = ()  # setup.py's install_requires before its extras are added
+    server_requires: tuple[str, ...] = ()  # setup.py's `server` extra: what `ftllm server` imports besides the base
+    server_pins: tuple[str, ...] = ()  # measured: what its compiled server imports, pinned (installed instead of the above)
+    measured: Optional[str] = None  # the doc of this repository that records that measurement
+
+    @property
+    def archive(self) -> str:
+        return f"{FASTLLM_REPOSITORY}/archive/{self.commit}.tar.gz"
+
+    @property
+    def archive_name(self) -> str:
+        return f"fastllm-{self.commit[:12]}.tar.gz"
+
+    def option(self, name: str) -> Optional[str]:
+        return next((o.split("=", 1)[1] for o in self.options if o.split("=", 1)[0] == name), None)
+
+
 @dataclass(frozen=True)
 class EnginePackages:
     """What a pip-stack engine adds to a solution: the pins installed after torch (and where pip finds them)."""
@@ -282,8 +319,14 @@ class EnginePackages:
     server: tuple[str, ...] = ()  # the server's command line in the image, where the engine has one
     no_deps: tuple[str, ...] = ()  # installed after `packages` without their declared dependencies (a measured set instead)
     wheel_url: Optional[str] = None  # the no-deps package's PyPI file (#sha256=...), carried into an offline bundle
+    build: Optional[FtllmSource] = None  # --engine-build source: compiled from this tag instead of installed from a wheel
+    cuda_arch: Optional[str] = None  # its -DCUDA_ARCH ("90"): the GPU's, or the newest the stack's nvcc knows that runs there
 
     def to_json(self) -> dict[str, Any]:
-        return {"engine": self.engine, "version": self.version, "packages": list(self.packages), "index_url": self.index_url,
-                "find_links": self.find_links, "server": list(self.server), "source": self.source,
-                "no_deps": list(self.no_deps), "wheel_url": self.wheel_url}
+        out: dict[str, Any] = {"engine": self.engine, "version": self.version, "packages": list(self.packages), "index_url": self.index_url,
+               "find_links": self.find_links, "server": list(self.server), "source": self.source,
+               "no_deps": list(self.no_deps), "wheel_url": self.wheel_url}
+        if self.build is not None:
+            out["build"] = {"from": "source", "tag": self.build.tag, "commit": self.build.commit, "archive": self.build.archive,
+                            "cuda_arch": self.cuda_arch}
+        return out

@@ -43,6 +43,8 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
              "trtllm, triton-trtllm, triton-vllm, fastertransformer (containers)",
              "triton-trtllm", metavar="ENGINE[==VERSION]",
              choices=("torch", "vllm", "fastllm", "sglang", "paddle", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")),
+    FlagSpec("engine_build", "--engine fastllm: wheel (PyPI's, the default) or source (its release tag compiled with CMake "
+             "for the GPU's arch)", "source", metavar="wheel|source", choices=("wheel", "source")),
     FlagSpec("trtllm", "TensorRT-LLM version or specifier (with --engine trtllm or triton-trtllm)", "0.8.0", metavar="VERSION|SPEC"),
     FlagSpec("triton", "Triton container release YY.MM (with --engine triton-*, fastertransformer)", "24.05", metavar="YY.MM"),
 )
@@ -68,6 +70,7 @@ class ResolveFlags:
     kernels: Optional[str] = None
     kernels_from: Optional[str] = None
     engine: Optional[str] = None
+    engine_build: Optional[str] = None
     trtllm: Optional[str] = None
     triton: Optional[str] = None
 

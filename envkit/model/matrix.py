@@ -413,6 +413,7 @@ class Matrix:
     trtllm: tuple[Any, ...] = ()  # Trtllm
     fastertransformer: Optional[Any] = None  # FasterTransformer
     ftllm: tuple[Any, ...] = ()  # Ftllm
+    ftllm_source: tuple[Any, ...] = ()  # FtllmSource
     sglang: tuple[Any, ...] = ()  # Sglang
     paddle: tuple[Any, ...] = ()  # Paddle
 

@@ -118,6 +118,18 @@ class KernelsStep:
 
 
 @dataclass(frozen=True)
+class CMakeStep:
+    """Unpack a carried source archive, configure it with `cmake_args`, build `target`, and pip install the Python
+    package the build lays out in BUILD/`package_dir` (without its declared dependencies: an earlier step installs them)."""
+
+    archive: str  # under sources/ in the context
+    name: str  # the source tree's folder under /opt/envkit/src
+    cmake_args: tuple[str, ...]
+    target: str
+    package_dir: str
+
+
+@dataclass(frozen=True)
 class CudaHomeStep:
     """Lay out one CUDA_HOME over the folder the toolkit wheels installed into (`prefix`): `cuda_home` links to
     it, each of `links` (a path under cuda_home, the target it points at) is made, then CUDA_HOME and PATH."""
@@ -184,7 +196,7 @@ class ServeStep:
 
 
 StepPayload = Union[SiteSettingsStep, AptStep, PythonTarballStep, VenvStep, PipStep, CopyWheelStep,
-                    KernelsStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep,
+                    KernelsStep, CMakeStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep,
                     CopyModelStep, ServeStep]
 
 

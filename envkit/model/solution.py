@@ -30,6 +30,7 @@ class Query:
     kernels_from: Optional[Version] = None  # the kernels' flash-attn sdist when flash-attn itself is not installed
     engine: Optional[str] = None  # --engine; None and "torch" are the pip stack
     engine_version: Optional[str] = None  # --engine fastllm==1.9.0: the pip engine's release
+    engine_source: bool = False  # --engine-build source: fastllm compiled from its tag
     trtllm: Optional[SpecifierSet] = None
     triton: Optional[str] = None  # a container release YY.MM
     given: tuple[tuple[str, str], ...] = ()
@@ -131,6 +132,10 @@ class Solution:
         if self.engine is not None:
             out["engine"] = self.engine.engine
             out[self.engine.engine] = self.engine.version
+            if self.engine.build is not None:
+                out["engine_build"] = "source"
+                if self.engine.cuda_arch:
+                    out["engine_cuda_arch"] = self.engine.cuda_arch
         return out
 
     @property

@@ -121,6 +121,12 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
             _row(t, "flash-attn", f"{f['version']} ({f['build']})", detail)
         if d["vllm"]:
             _row(t, "vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
+        if d.get("engine"):
+            e = d["engine"]
+            b = e.get("build")
+            target = f" for sm_{b['cuda_arch']}" if b and b.get("cuda_arch") else ""
+            how = f"compiled from {b['tag']} ({b['commit'][:12]}){target}: {b['archive']}" if b else " ".join(e["packages"] + e["no_deps"])
+            _row(t, "engine", f"{e['engine']} {e['version']}" + (" (source)" if b else ""), how)
         for k in d["kernels"]:
             _row(t, f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
                  f"archs {';'.join(k['arch_list'])}")

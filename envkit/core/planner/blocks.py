@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
 from envkit.errors import InputError
-from envkit.model.engines import EnginePackages
+from envkit.model.engines import EnginePackages, FtllmSource
 from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm, VllmCpu
 from envkit.model.plan import (
     CUDA_HOME,
@@ -30,6 +30,7 @@ from envkit.model.plan import (
     WHEELHOUSE,
     AptStep,
     Carried,
+    CMakeStep,
     CopyModelStep,
     CopyVenvStep,
     CopyWheelStep,
@@ -53,8 +54,16 @@ from envkit.model.serving import OFFLINE_ENV
 from envkit.model.solution import FlashAttnPlan, KernelPlan
 
 # Build tools pinned once, for every Python from 3.8 on (each ships a py3 or abi3 wheel).
-BUILD_TOOLS = ("setuptools==69.5.1", "wheel==0.43.0", "packaging==24.0", "ninja==1.11.1.1", "psutil==5.9.8")
+BUILD_TOOLS = ("wheel==0.43.0", "packaging==24.0", "ninja==1.11.1.1", "psutil==5.9.8")
+# setuptools by Python: the newest release that still supports it (68.0.0 for 3.7, 75.3.0 for 3.8, per their
+# Requires-Python on PyPI); 80.9.0 meets torch 2.13's own `setuptools>=77.0.3`, which 69.5.1 did not
+SETUPTOOLS = ((Version("3.9"), "setuptools==80.9.0"), (Version("3.8"), "setuptools==75.3.0"), (Version("3.7"), "setuptools==68.0.0"))
+
+
+def setuptools_for(python: Version) -> str:
+    return next((pin for since, pin in SETUPTOOLS if python >= since), SETUPTOOLS[-1][1])
 FLASH_ATTN_DEPS = ("einops==0.7.0",)
+FTLLM_TARGET = "fastllm_tools"  # the library tools/ftllm loads; its POST_BUILD lays the package out in BUILD/tools
 FLASH_ATTN_CUDA_ARCHS_SINCE = Version("2.7.3")  # older setup.py files hard-code sm_80/sm_90
 
 WheelSource = tuple[str, Optional[str]]  # what `envkit bundle` downloads: (spec or URL, extra index)
@@ -238,13 +247,16 @@ class BuildTools(Block):
 
     @classmethod
     def needed(cls, ctx: PlanContext) -> tuple[BuildTools, ...]:
-        tools = (BUILD_TOOLS if ctx.compiles else ()) + (FLASH_ATTN_DEPS if ctx.solution.flash_attn else ())
+        compiling = (setuptools_for(ctx.solution.python),) + BUILD_TOOLS if ctx.compiles else ()
+        tools = compiling + (FLASH_ATTN_DEPS if ctx.solution.flash_attn else ())
         return (cls(tools, ctx.compiles),) if tools else ()
 
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
-        if self.for_compiling:
+        if self.for_compiling and (ctx.solution.flash_attn or ctx.solution.kernels):
             title = "pinned build tools"
             why = "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel; flash_attn imports einops"
+        elif self.for_compiling:
+            title, why = "pinned build tools", "setuptools and wheel install the compiled package without build isolation (no index needed)"
         else:
             title, why = "flash-attn's dependencies", "flash_attn imports einops"
         return (Step("build-tools", title, why, PipStep(self.tools, find_links=ctx.find_links), ctx.index_network),)
@@ -635,6 +647,65 @@ class EngineWheels(Block):
         return {"fastllm": ("ftllm",), "sglang": ("sglang",), "paddle": ("paddle",)}.get(self.packages.engine, ())
 
 
+@dataclass(frozen=True)
+class EngineSource(Block):
+    """fastllm compiled from its carried source tag (--engine-build source): CMake with an explicit CUDA arch, the
+    published wheel's portable CPU flags, only the Python library's target; then its Python package, without the
+    dependencies EngineWheels installed before it."""
+
+    row: FtllmSource
+    cuda_arch: Optional[str]
+
+    def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
+        if not self.row.numa:
+            return (AptNeed(("cmake",), f"CMake configures fastllm {self.row.version}"),) if stage == "build" else ()
+        if stage == "build":
+            return (AptNeed(("cmake", "libnuma-dev"), f"CMake configures fastllm {self.row.version}, which links libnuma by default"),)
+        return (AptNeed(("libnuma1",), f"fastllm {self.row.version}'s library loads libnuma.so.1"),)
+
+    def cmake_args(self, ctx: PlanContext) -> tuple[str, ...]:
+        r, sol = self.row, ctx.solution
+        args = ["-DCMAKE_BUILD_TYPE=Release"]
+        if sol.platform == "cuda":
+            assert self.cuda_arch is not None, "the resolver refuses a source build without a --gpu of known arch"
+            args += ["-DUSE_CUDA=ON", f"-DCUDA_ARCH={self.cuda_arch}",
+                     f"-DCMAKE_CUDA_COMPILER={CUDA_HOME}/bin/nvcc"]
+        else:
+            args.append("-DUSE_CUDA=OFF")
+        if r.cxx_march_native and r.portable_option and ctx.options.host_march != "native":
+            args.append(f"-D{r.portable_option}=ON")
+        return tuple(args)
+
+    def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
+        r, sol = self.row, ctx.solution
+        if sol.platform == "cuda" and ctx.toolkit == "pip":
+            raise InputError(f"fastllm {r.version} from source links {', '.join(r.cuda_libs)} from the CUDA toolkit; "
+                             f"the toolkit wheels ({ctx.toolkit_chosen_by}) carry no NCCL", "use --toolkit image (the devel image)")
+        args = self.cmake_args(ctx)
+        arch = next((a.split("=", 1)[1] for a in args if a.startswith("-DCUDA_ARCH=")), None)
+        why = [f"--engine-build source: {r.tag} ({r.commit[:12]}) with CMake"]
+        if arch is not None:
+            why.append(f"-DCUDA_ARCH={arch} for the {sol.gpu.name if sol.gpu else ''}: fastllm's default is "
+                       f"{r.cuda_arch_default or 'its own'}, and nvcc on a builder without a GPU quietly compiles for its own "
+                       "default arch instead (docs/fastllm-source.md)")
+        if any(a.startswith(f"-D{r.portable_option}=") for a in args):
+            why.append(f"-D{r.portable_option}=ON: the published wheel's CPU flags (AVX2, FMA, F16C) instead of -march=native, "
+                       "so the image runs on other CPUs than the builder's")
+        why.append(f"only the {FTLLM_TARGET} target the Python package loads")
+        return (Step("build-engine-source", f"fastllm {r.version} from source", "; ".join(why),
+                     CMakeStep(r.archive_name, "fastllm", args, FTLLM_TARGET, "tools")),)
+
+    def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
+        return (Carried(f"sources/{self.row.archive_name}", f"fastllm {self.row.version} source ({self.row.tag})", self.row.archive),)
+
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        r = self.row
+        if r.cxx_march_native and ctx.options.host_march == "native":
+            return (f"fastllm {r.version} is compiled with -march=native: the image needs the builder's CPU family "
+                    f"(fix: drop --host-march native, and envkit passes -D{r.portable_option}=ON)",)
+        return ()
+
+
 def components(ctx: PlanContext) -> tuple[Block, ...]:
     """The blocks the solution needs between the apt installs, in build order."""
     sol = ctx.solution
@@ -652,7 +723,9 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
         assert sol.cuda is not None
         wheels = CudaToolkitWheels(sol.toolkit_wheels, sol.cuda.version, sol.cuda.release)
         toolkit, removed = (wheels,), (CudaToolkitRemoved(wheels),)
-    engine = (EngineWheels(sol.engine),) if sol.engine is not None else ()
+    engine: tuple[Block, ...] = (EngineWheels(sol.engine),) if sol.engine is not None else ()
+    if sol.engine is not None and sol.engine.build is not None:
+        engine += (EngineSource(sol.engine.build, sol.engine.cuda_arch),)
     return (python, Venv(), *BuildTools.needed(ctx), Torch(sol.torch), *toolkit, *((flash,) if flash else ()), *kernels, *vllm,
             *engine, *removed)
 

@@ -189,9 +189,10 @@ class PlanContext:
 
     @property
     def compiles(self) -> bool:
-        """Whether the build stage runs a compiler (csrc kernels or flash-attn from its sdist)."""
-        fa = self.solution.flash_attn
-        return bool(self.solution.kernels) or (fa is not None and fa.build == "source")
+        """Whether the build stage runs a compiler (csrc kernels, flash-attn from its sdist, fastllm from its tag)."""
+        fa, engine = self.solution.flash_attn, self.solution.engine
+        return bool(self.solution.kernels) or (fa is not None and fa.build == "source") \
+            or (engine is not None and engine.build is not None)
 
     @property
     def find_links(self) -> Optional[str]:

@@ -15,11 +15,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.core.resolve.query import release_starts_with
-from envkit.model.engines import EnginePackages, Ftllm, Paddle, Sglang
+from envkit.model.engines import EnginePackages, Ftllm, FtllmSource, Paddle, Sglang
 from envkit.model.matrix import CC, Matrix, sass_runs_on
 from envkit.model.solution import Conflict, Query, Result
 
-Row = Union[Ftllm, Sglang, Paddle]
+Row = Union[Ftllm, FtllmSource, Sglang, Paddle]
 MODEL_DIR = "/models/model"  # the server's model directory in the image, mounted (as envkit serve mounts --model-dir)
 SERVE_PORT = 8000
 
@@ -72,6 +72,8 @@ def _platform(q: Query) -> str:
 
 def _candidates(m: Matrix, q: Query) -> list[Row]:
     v = q.engine_version
+    if q.engine == "fastllm" and q.engine_source:
+        return [r for r in m.ftllm_source if v is None or str(r.version) == v]
     if q.engine == "fastllm":
         package = "ftllm-rocm" if _platform(q) == "rocm" else "ftllm"
         return [r for r in m.ftllm if r.package == package and (v is None or str(r.version) == v)]
@@ -91,6 +93,8 @@ def _paddle_version(r: Paddle) -> Version:
 
 
 def _label(row: Row) -> str:
+    if isinstance(row, FtllmSource):
+        return f"fastllm {row.version} (source, {row.tag})"
     if isinstance(row, Ftllm):
         return f"{row.package} {row.version}"
     if isinstance(row, Sglang):
@@ -111,6 +115,11 @@ def _row_conflicts(m: Matrix, q: Query, row: Row) -> tuple[list[Conflict], list[
         out.append(Conflict("engine.platform", f"{label} is a CUDA build; the query asks for {plat}"
                             + (" (Paddle's Hygon DCU builds come as Paddle's own images)" if plat == "dtk" else ""),
                             "use --engine torch there, or Paddle's DCU image", row.source))
+    if isinstance(row, FtllmSource):
+        if not row.server_pins:
+            notes.append(f"{label}: what its server imports was not measured; its setup.py's server set is installed, which "
+                         "may miss modules (0.1.7.1's missed requests and pillow: docs/fastllm-source.md)")
+        return _source_conflicts(row, plat, label), notes
     if isinstance(row, Ftllm) and plat == "cpu" and not row.cpu_lib:
         out.append(Conflict("engine.platform", f"{label}'s wheel carries no CPU library", "pick another --engine fastllm==VERSION",
                             row.source))
@@ -144,7 +153,20 @@ def _row_conflicts(m: Matrix, q: Query, row: Row) -> tuple[list[Conflict], list[
     return out, notes
 
 
+def _source_conflicts(row: FtllmSource, plat: str, label: str) -> list[Conflict]:
+    """A source tag builds for CUDA (USE_CUDA, with an explicit CUDA_ARCH) or the CPU; its own CMakeLists says which."""
+    if plat in ("rocm", "dtk"):
+        return [Conflict("engine.platform", f"envkit compiles {label} for CUDA and the CPU; the query asks for {plat}",
+                         "use the ftllm-rocm wheel (drop --engine-build source)", row.source)]
+    if plat == "cuda" and row.option("USE_CUDA") is None:
+        return [Conflict("engine.platform", f"{label}'s CMakeLists.txt has no USE_CUDA option", "pick another --engine fastllm==VERSION",
+                         row.source)]
+    return []
+
+
 def _python_ok(row: Row, py: Version) -> Optional[bool]:
+    if isinstance(row, FtllmSource):
+        return None  # compiled against the image's own Python
     if isinstance(row, Paddle):
         return any(release_starts_with(p, py) or release_starts_with(py, p) for p in row.python) if row.python else None
     if row.python is None:
@@ -153,6 +175,8 @@ def _python_ok(row: Row, py: Version) -> Optional[bool]:
 
 
 def _python_text(row: Row) -> str:
+    if isinstance(row, FtllmSource):
+        return "any"
     if isinstance(row, Paddle):
         return ", ".join(str(p) for p in row.python) or "not stated"
     return str(row.python) if row.python is not None else "not stated"
@@ -160,7 +184,7 @@ def _python_text(row: Row) -> str:
 
 def _queries(m: Matrix, q: Query, row: Row) -> Iterator[Union[Query, Conflict]]:
     """The ordinary resolves the release's pins make of the query (or the conflict that forbids them)."""
-    base = replace(q, engine=None, engine_version=None)
+    base = replace(q, engine=None, engine_version=None, engine_source=False)
     if isinstance(row, Sglang):
         pin = _pinned_version(row.torch)
         if pin is not None:
@@ -204,7 +228,21 @@ def _queries(m: Matrix, q: Query, row: Row) -> Iterator[Union[Query, Conflict]]:
         yield replace(base, python=py)
 
 
+def source_packages(row: FtllmSource, plat: str) -> tuple[str, ...]:
+    """What the compiled package imports, installed before it (it goes in with --no-deps): the measured server set where
+    the tag has one; else its setup.py's install_requires before the extras, less the nvidia-* CUDA runtime wheels (the
+    image's CUDA serves the library it links), and the `server` extra."""
+    if row.server_pins:
+        return row.server_pins
+    base = tuple(r for r in row.base_requires if not r.lower().startswith("nvidia-"))
+    return tuple(dict.fromkeys(base + row.server_requires))
+
+
 def _packages(row: Row, plat: str) -> EnginePackages:
+    if isinstance(row, FtllmSource):
+        device = "cpu" if plat == "cpu" else "cuda"
+        server = ("ftllm", "server", MODEL_DIR, "--device", device, "--host", "0.0.0.0", "--port", str(SERVE_PORT))
+        return EnginePackages("fastllm", str(row.version), source_packages(row, plat), row.source, server=server, build=row)
     if isinstance(row, Ftllm):
         device = "cpu" if plat == "cpu" else "cuda"
         server = ("ftllm", "server", MODEL_DIR, "--device", device, "--host", "0.0.0.0", "--port", str(SERVE_PORT))
@@ -220,6 +258,30 @@ def _packages(row: Row, plat: str) -> EnginePackages:
     index = row.index if row.index and row.index != "https://pypi.org/simple" else None
     return EnginePackages("paddle", row.version, (f"{row.package}=={row.version}",), row.source, index_url=index,
                           find_links=row.find_links)
+
+
+def _compile_arch(row: Row, q: Query, r: Result) -> tuple[Optional[Conflict], Optional[str], Optional[str]]:
+    """A source build compiles for one GPU, named by the query: the arch given to -DCUDA_ARCH (the GPU's own where the
+    stack's nvcc knows it, else the newest it knows whose SASS runs there), and a note when it is not the GPU's own."""
+    sol = r.solution
+    if not isinstance(row, FtllmSource) or sol is None or sol.platform != "cuda":
+        return None, None, None
+    if q.gpu is None or q.gpu.cc is None:
+        return Conflict("engine.gpu-arch", f"{_label(row)} is compiled for one GPU's arch (-DCUDA_ARCH), and no --gpu names it "
+                        f"(fastllm's own default, {row.cuda_arch_default or 'native'}, asks the builder's GPU)",
+                        "add --gpu NAME (or --gpu sm_XY)", row.source), None, None
+    cc, cuda = q.gpu.cc, sol.cuda
+    if cuda is None:
+        return None, f"{cc.major}{cc.minor}", None
+    runs = [a for a in cuda.archs if sass_runs_on(a, cc)]
+    if not runs:
+        return Conflict("engine.gpu-arch", f"CUDA {cuda.version}'s nvcc compiles for no arch that runs on {q.gpu.name} ({q.gpu.arch})",
+                        "pick a CUDA whose nvcc knows this arch with --cuda", cuda.source), None, None
+    best = max(runs)
+    note = None if best == cc else (f"fastllm from source: CUDA {cuda.version}'s nvcc knows no sm_{cc.major}{cc.minor}, so "
+                                    f"-DCUDA_ARCH={best.major}{best.minor}, whose SASS runs on {q.gpu.name} (a CUDA that knows "
+                                    f"sm_{cc.major}{cc.minor} compiles for it exactly)")
+    return None, f"{best.major}{best.minor}", note
 
 
 def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result]) -> Result:
@@ -240,9 +302,13 @@ def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result]) ->
                 best = [sub] if best is None or len(best) > 1 else best
                 break
             r = solve(sub)
+            miss, arch, arch_note = _compile_arch(row, q, r)
+            if miss is not None:
+                best = [miss] if best is None or len(best) > 1 else best
+                continue
             if r.solution is not None:
-                pkgs = _packages(row, r.solution.platform)
-                sol = replace(r.solution, engine=pkgs, notes=r.solution.notes + tuple(notes),
+                pkgs = replace(_packages(row, r.solution.platform), cuda_arch=arch)
+                sol = replace(r.solution, engine=pkgs, notes=r.solution.notes + tuple(notes) + ((arch_note,) if arch_note else ()),
                               sources=tuple(dict.fromkeys(r.solution.sources + (row.source,))))
                 return Result(q, sol, warnings=r.warnings)
             if r.conflicts and (best is None or len(r.conflicts) < len(best)):

@@ -274,6 +274,21 @@ def _parse_kernels_from(m: Matrix, f: ResolveFlags) -> Version:
     return v
 
 
+def _engine_build(f: ResolveFlags, engine: Optional[str]) -> bool:
+    """--engine-build: True for `source` (fastllm only), False for `wheel` or none."""
+    if f.engine_build is None:
+        return False
+    build = f.engine_build.strip().lower()
+    if build not in ("wheel", "source"):
+        raise InputError(f"--engine-build {shown(f.engine_build)} is neither wheel nor source",
+                         "use --engine-build source (compile fastllm from its tag) or --engine-build wheel (the default)")
+    name = None if engine is None else engine.partition("==")[0].strip()
+    if name != "fastllm":
+        raise InputError(f"--engine-build {build} chooses how fastllm is installed; --engine is {shown(f.engine) if f.engine else 'not given'}",
+                         "add --engine fastllm, or drop --engine-build")
+    return build == "source"
+
+
 _PIP_ONLY = ("torch", "flash_attn", "kernels", "kernels_from", "rocm", "dtk")  # what a container engine brings itself
 
 
@@ -282,15 +297,19 @@ def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
     itself (torch, flash-attn, the csrc kernels) or that name another engine are refused."""
     out: dict[str, Any] = {}
     engine = None if f.engine is None else f.engine.strip().lower()
+    source = _engine_build(f, engine)
+    if source:
+        out["engine_source"] = True
     if engine is not None and "==" in engine:  # --engine fastllm==1.9.0
         engine, _, version = (part.strip() for part in engine.partition("=="))
         if engine not in PIP_ENGINES:
             raise InputError(f"--engine {shown(f.engine or '')}: only fastllm, sglang and paddle take ==VERSION",
                              "pin a container engine's release with --trtllm or --triton")
-        known = {"fastllm": [str(r.version) for r in m.ftllm], "sglang": [str(r.version) for r in m.sglang],
+        known = {"fastllm": [str(r.version) for r in (m.ftllm_source if source else m.ftllm)], "sglang": [str(r.version) for r in m.sglang],
                  "paddle": [r.version for r in m.paddle]}[engine]
         if version not in known:
-            raise InputError(f"--engine {shown(f.engine or '')}: no {engine} release {version!r} in the matrix",
+            what = "source tag" if source else "release"
+            raise InputError(f"--engine {shown(f.engine or '')}: no {engine} {what} {version!r} in the matrix",
                              f"use one of: {', '.join(known[:12])}")
         out["engine_version"] = version
     if engine is not None:

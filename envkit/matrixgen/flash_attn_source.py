@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from typing import Any, Optional
 from packaging.version import Version
 
 from . import pypi
+from .gitrepo import git, show
 
 REPO_URL = "https://github.com/Dao-AILab/flash-attention"
 PYPI_NAME = "flash-attn"
@@ -30,27 +30,14 @@ class Unrecognised(Exception):
     """The source has a shape the extractor does not know: extraction stops rather than guess."""
 
 
-# ---------------------------------------------------------------- git adapter
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def _show(repo: Path, tag: str, path: str) -> Optional[str]:
-    try:
-        return _git(repo, "show", f"{tag}:{path}")
-    except subprocess.CalledProcessError:
-        return None
-
-
 def _file_ref(repo: Path, commit: str, tag: str, path: str) -> dict[str, str]:
-    blob = _git(repo, "rev-parse", f"{tag}:{path}").strip()
+    blob = git(repo, "rev-parse", f"{tag}:{path}").strip()
     return {"path": path, "blob": blob, "url": f"{REPO_URL}/blob/{commit}/{path}"}
 
 
 def release_tags(repo: Path) -> list[str]:
     tags = []
-    for t in _git(repo, "tag").split():
+    for t in git(repo, "tag").split():
         if re.fullmatch(r"v2\.\d+\.\d+(\.post\d+)?", t):
             tags.append(t)
     return sorted(tags, key=lambda t: Version(t[1:]))
@@ -371,12 +358,12 @@ KERNEL_DIRS = ("layer_norm", "rotary")
 
 
 def extract_tag(repo: Path, tag: str) -> dict[str, Any]:
-    commit = _git(repo, "rev-list", "-n", "1", tag).strip()
+    commit = git(repo, "rev-list", "-n", "1", tag).strip()
     out: dict[str, Any] = {"project": "flash-attn", "tag": tag, "commit": commit,
-                           "version": package_version(_show(repo, tag, "flash_attn/__init__.py") or "")}
-    setup = _show(repo, tag, "setup.py")
+                           "version": package_version(show(repo, tag, "flash_attn/__init__.py") or "")}
+    setup = show(repo, tag, "setup.py")
     out["setup"] = {"file": _file_ref(repo, commit, tag, "setup.py"), **parse_setup(setup or "")}
-    wf = _show(repo, tag, WORKFLOW)
+    wf = show(repo, tag, WORKFLOW)
     if wf is None:
         out["workflow"] = None
     else:
@@ -387,9 +374,9 @@ def extract_tag(repo: Path, tag: str) -> dict[str, Any]:
                 raise
             facts = {"unrecognised": str(exc)}  # setup.py never downloads a wheel: its names do not matter
         out["workflow"] = {"file": _file_ref(repo, commit, tag, WORKFLOW), **facts}
-    readme = _show(repo, tag, "README.md") or ""
+    readme = show(repo, tag, "README.md") or ""
     out["readme"] = {"file": _file_ref(repo, commit, tag, "README.md"), **parse_readme(readme)}
-    tree = set(_git(repo, "ls-tree", "-r", "--name-only", tag, "csrc/").split())
+    tree = set(git(repo, "ls-tree", "-r", "--name-only", tag, "csrc/").split())
     out["tree"] = {k: {"dir": any(p.startswith(f"csrc/{k}/") for p in tree), "setup_py": f"csrc/{k}/setup.py" in tree}
                    for k in KERNEL_DIRS}
     return out
@@ -421,7 +408,7 @@ def extract_all(repo: Path, out_dir: Path, say=lambda s: print(s, file=sys.stder
     by_version = pypi.versions_of(PYPI_NAME, pypi.files(PYPI_NAME))
     tags: dict[str, str] = {}
     for t in release_tags(repo):  # PyPI version -> the tag whose flash_attn.__version__ it is (v2.0.0 says 2.0.0.post1)
-        declared = package_version(_show(repo, t, "flash_attn/__init__.py") or "")
+        declared = package_version(show(repo, t, "flash_attn/__init__.py") or "")
         if t[1:] == declared or declared not in tags:
             tags[declared] = t
     written = []

@@ -19,24 +19,16 @@ import argparse
 import ast
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from .gitrepo import git, show
 
 REPO = "https://github.com/ztxz16/fastllm"
 SETUP = "tools/scripts/setup.py"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def _show(repo: Path, ref: str, path: str) -> Optional[str]:
-    try:
-        return _git(repo, "show", f"{ref}:{path}")
-    except subprocess.CalledProcessError:
-        return None
 
 
 def _lists(tree: ast.Module) -> dict[str, list[str]]:
@@ -107,13 +99,13 @@ def cmake_facts(text: str) -> dict[str, Any]:
 
 
 def extract(repo: Path) -> dict[str, Any]:
-    tags = sorted((t for t in _git(repo, "tag", "--list").split() if re.fullmatch(r"v\d+(\.\d+){3}", t)),
+    tags = sorted((t for t in git(repo, "tag", "--list").split() if re.fullmatch(r"v\d+(\.\d+){3}", t)),
                   key=lambda t: tuple(int(p) for p in t[1:].split(".")))
     rows = []
     for tag in tags:
-        commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
-        date = _git(repo, "log", "-1", "--format=%cs", commit).strip()
-        cmake, setup = _show(repo, commit, "CMakeLists.txt"), _show(repo, commit, SETUP)
+        commit = git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
+        date = git(repo, "log", "-1", "--format=%cs", commit).strip()
+        cmake, setup = show(repo, commit, "CMakeLists.txt"), show(repo, commit, SETUP)
         if cmake is None or setup is None:
             continue
         s = setup_facts(setup)
@@ -121,7 +113,7 @@ def extract(repo: Path) -> dict[str, Any]:
             continue
         rows.append({"tag": tag, "commit": commit, "date": date, **cmake_facts(cmake), **s,
                      "citation": f"{REPO}/blob/{commit}/CMakeLists.txt and {REPO}/blob/{commit}/{SETUP} (tag {tag})"})
-    return {"repository": REPO, "head": _git(repo, "rev-parse", "HEAD").strip(), "tags": rows}
+    return {"repository": REPO, "head": git(repo, "rev-parse", "HEAD").strip(), "tags": rows}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -31,7 +31,6 @@ import hashlib
 import json
 import re
 import struct
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -40,6 +39,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from . import pypi
+from .gitrepo import git, git_ok
 
 PYPI_NAME = "torch"
 FIRST = Version("1.13.0")
@@ -405,28 +405,19 @@ BUILDER_ROCM_UNTIL = Version("2.5.0")   # builder's build_docker.sh set the ROCm
 MOVE_PR = "https://github.com/pytorch/pytorch/pull/138103"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def _git_ok(repo: Path, *args: str) -> Optional[str]:
-    try:
-        return _git(repo, *args)
-    except subprocess.CalledProcessError:
-        return None
 
 
 def _tip_at(repo: Path, ref: str, when: str) -> Optional[str]:
-    out = _git_ok(repo, "rev-list", "-1", "--first-parent", f"--before={when}", ref)
+    out = git_ok(repo, "rev-list", "-1", "--first-parent", f"--before={when}", ref)
     return out.strip() or None if out is not None else None
 
 
 def _file_at(repo: Path, url: str, commit: str, path: str) -> Optional[dict[str, Any]]:
-    text = _git_ok(repo, "show", f"{commit}:{path}")
+    text = git_ok(repo, "show", f"{commit}:{path}")
     if text is None:
         return None
-    return {"text": text, "path": path, "commit": commit, "blob": _git(repo, "rev-parse", f"{commit}:{path}").strip(),
-            "date": _git(repo, "show", "-s", "--format=%cI", commit).strip(),
+    return {"text": text, "path": path, "commit": commit, "blob": git(repo, "rev-parse", f"{commit}:{path}").strip(),
+            "date": git(repo, "show", "-s", "--format=%cI", commit).strip(),
             "url_at_commit": f"{url}/blob/{commit}/{path}"}
 
 
@@ -589,7 +580,7 @@ def _matrix_at_release(ti: Path, version: str, when: str) -> Optional[tuple[dict
     mm = ".".join(version.split(".")[:2])
     cands = []
     for ref in (f"release/{mm}", "main"):
-        out = _git_ok(ti, "log", "--format=%H %cI", f"--before={when}", ref, "--", MATRIX_PY)
+        out = git_ok(ti, "log", "--format=%H %cI", f"--before={when}", ref, "--", MATRIX_PY)
         for line in (out or "").splitlines():
             sha, date = line.split()
             cands.append((date, sha))
@@ -724,8 +715,8 @@ def build_variants(builder: Path, test_infra: Path, extracts: list[dict[str, Any
         if Version(ext["version"]) < Version("2.0.0"):
             continue
         releases.append({"version": ext["version"], **variants_for(builder, test_infra, ext)})
-    heads = {name: {"head": _git(repo, "rev-parse", "HEAD").strip(),
-                    "head_date": _git(repo, "show", "-s", "--format=%cI", "HEAD").strip()}
+    heads = {name: {"head": git(repo, "rev-parse", "HEAD").strip(),
+                    "head_date": git(repo, "show", "-s", "--format=%cI", "HEAD").strip()}
              for name, repo in (("pytorch/builder", builder), ("pytorch/test-infra", test_infra))}
     return {"generated_by": "python -m envkit.matrixgen.torch_source variants", "clones": heads,
             "method": {

@@ -15,29 +15,21 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from .gitrepo import git, show
 
 SERVER = "https://github.com/triton-inference-server/server"
 BACKEND = "https://github.com/triton-inference-server/tensorrtllm_backend"
 COMPAT = "docs/introduction/compatibility.md"
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def _show(repo: Path, ref: str, path: str) -> Optional[str]:
-    try:
-        return _git(repo, "show", f"{ref}:{path}")
-    except subprocess.CalledProcessError:
-        return None
 
 
 def _tags(repo: Path, pattern: str) -> list[str]:
-    tags = [t for t in _git(repo, "tag", "--list").split() if re.fullmatch(pattern, t)]
+    tags = [t for t in git(repo, "tag", "--list").split() if re.fullmatch(pattern, t)]
     return sorted(tags, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t)))
 
 
@@ -80,11 +72,11 @@ def version_map(build_py: str) -> dict[str, str]:
 def extract_server(repo: Path) -> dict[str, Any]:
     tags = _tags(repo, r"v2\.\d+\.\d+")
     newest = tags[-1]
-    commit = _git(repo, "rev-list", "-n", "1", newest).strip()
-    text = _show(repo, newest, COMPAT) or ""
+    commit = git(repo, "rev-list", "-n", "1", newest).strip()
+    text = show(repo, newest, COMPAT) or ""
     servers = []
     for tag in tags:
-        build = _show(repo, tag, "build.py")
+        build = show(repo, tag, "build.py")
         for server, release in version_map(build or "").items():
             if server == tag[1:]:
                 servers.append({"server": server, "release": release, "citation": f"{SERVER}/blob/{tag}/build.py"})
@@ -96,14 +88,14 @@ def extract_server(repo: Path) -> dict[str, Any]:
 def extract_backend(repo: Path) -> list[dict[str, Any]]:
     out = []
     for tag in _tags(repo, r"v\d+\.\d+\.\d+"):
-        dockerfile = _show(repo, tag, "dockerfile/Dockerfile.trt_llm_backend")
+        dockerfile = show(repo, tag, "dockerfile/Dockerfile.trt_llm_backend")
         if dockerfile is None:
             continue
         image = re.search(r"^ARG BASE_IMAGE=(\S+)", dockerfile, re.M)
         base_tag = re.search(r"^ARG BASE_TAG=(\S+)", dockerfile, re.M)
-        sub = _git(repo, "ls-tree", tag, "tensorrt_llm").split()
-        ensemble = _show(repo, tag, "all_models/inflight_batcher_llm/ensemble/config.pbtxt") is not None
-        out.append({"tag": tag, "commit": _git(repo, "rev-list", "-n", "1", tag).strip(),
+        sub = git(repo, "ls-tree", tag, "tensorrt_llm").split()
+        ensemble = show(repo, tag, "all_models/inflight_batcher_llm/ensemble/config.pbtxt") is not None
+        out.append({"tag": tag, "commit": git(repo, "rev-list", "-n", "1", tag).strip(),
                     "base_image": f"{image.group(1)}:{base_tag.group(1)}" if image and base_tag else None,
                     "tensorrt_llm_commit": sub[2] if len(sub) >= 3 else None, "ensemble": ensemble,
                     "citation": f"{BACKEND}/blob/{tag}/dockerfile/Dockerfile.trt_llm_backend"})

@@ -12,7 +12,7 @@ from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
 from envkit.matrixgen.ftllm_source import cmake_facts, setup_facts
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import CMakeStep, Options
+from envkit.model.plan import CMakeStep, Options, UninstallStep
 from envkit.model.site import Site
 
 CMAKE = '''cmake_minimum_required(VERSION 3.5)
@@ -120,6 +120,8 @@ def test_the_gpu_plan_names_the_arch_and_the_portable_cpu_flags(m):
     assert carried[f"sources/{step.archive}"] == sol.engine.build.archive
     assert not any(r.startswith(("nvidia-", "ftllm")) for r in p.requirements)  # the image's CUDA; ftllm is the build
     assert any(r.startswith("setuptools==") for r in p.requirements)             # pip installs the tools/ package offline
+    assert "cmake==4.4.3" in p.requirements                                        # the CMake the H200 build used,
+    assert any(s.payload == UninstallStep(("cmake",)) for s in p.stages[0].steps)  # removed before the runtime copy
 
 
 def test_the_cpu_plan_turns_cuda_off_and_native_keeps_upstreams_flag_with_a_warning(m):

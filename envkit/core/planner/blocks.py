@@ -63,6 +63,7 @@ SETUPTOOLS = ((Version("3.9"), "setuptools==80.9.0"), (Version("3.8"), "setuptoo
 def setuptools_for(python: Version) -> str:
     return next((pin for since, pin in SETUPTOOLS if python >= since), SETUPTOOLS[-1][1])
 FLASH_ATTN_DEPS = ("einops==0.7.0",)
+CMAKE = "cmake==4.4.3"  # PyPI's CMake, as on the GPU machine that built fastllm from source (docs/fastllm-source.md)
 FTLLM_TARGET = "fastllm_tools"  # the library tools/ftllm loads; its POST_BUILD lays the package out in BUILD/tools
 FLASH_ATTN_CUDA_ARCHS_SINCE = Version("2.7.3")  # older setup.py files hard-code sm_80/sm_90
 
@@ -247,7 +248,9 @@ class BuildTools(Block):
 
     @classmethod
     def needed(cls, ctx: PlanContext) -> tuple[BuildTools, ...]:
-        compiling = (setuptools_for(ctx.solution.python),) + BUILD_TOOLS if ctx.compiles else ()
+        engine = ctx.solution.engine
+        source = (CMAKE,) if engine is not None and engine.build is not None else ()
+        compiling = (setuptools_for(ctx.solution.python),) + BUILD_TOOLS + source if ctx.compiles else ()
         tools = compiling + (FLASH_ATTN_DEPS if ctx.solution.flash_attn else ())
         return (cls(tools, ctx.compiles),) if tools else ()
 
@@ -256,7 +259,8 @@ class BuildTools(Block):
             title = "pinned build tools"
             why = "flash-attn's setup.py imports packaging, psutil and torch; ninja makes the compile parallel; flash_attn imports einops"
         elif self.for_compiling:
-            title, why = "pinned build tools", "setuptools and wheel install the compiled package without build isolation (no index needed)"
+            title, why = "pinned build tools", ("CMake configures fastllm (removed after its build); setuptools and wheel install "
+                                                "the compiled package without build isolation (no index needed)")
         else:
             title, why = "flash-attn's dependencies", "flash_attn imports einops"
         return (Step("build-tools", title, why, PipStep(self.tools, find_links=ctx.find_links), ctx.index_network),)
@@ -658,9 +662,9 @@ class EngineSource(Block):
 
     def apt(self, ctx: PlanContext, stage: StageName) -> tuple[AptNeed, ...]:
         if not self.row.numa:
-            return (AptNeed(("cmake",), f"CMake configures fastllm {self.row.version}"),) if stage == "build" else ()
+            return ()
         if stage == "build":
-            return (AptNeed(("cmake", "libnuma-dev"), f"CMake configures fastllm {self.row.version}, which links libnuma by default"),)
+            return (AptNeed(("libnuma-dev",), f"fastllm {self.row.version} links libnuma by default"),)
         return (AptNeed(("libnuma1",), f"fastllm {self.row.version}'s library loads libnuma.so.1"),)
 
     def cmake_args(self, ctx: PlanContext) -> tuple[str, ...]:
@@ -693,7 +697,9 @@ class EngineSource(Block):
                        "so the image runs on other CPUs than the builder's")
         why.append(f"only the {FTLLM_TARGET} target the Python package loads")
         return (Step("build-engine-source", f"fastllm {r.version} from source", "; ".join(why),
-                     CMakeStep(r.archive_name, "fastllm", args, FTLLM_TARGET, "tools")),)
+                     CMakeStep(r.archive_name, "fastllm", args, FTLLM_TARGET, "tools")),
+                Step("build-engine-source-tools", "CMake removed", "it configured the build; the runtime stage needs no CMake",
+                     UninstallStep(("cmake",))))
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
         return (Carried(f"sources/{self.row.archive_name}", f"fastllm {self.row.version} source ({self.row.tag})", self.row.archive),)

@@ -30,7 +30,7 @@ add_cli_args(parser)
 vllm_args = ["--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions", "--model", "tiny",
              "--tokenizer", model_dir, "--dataset-name", "custom", "--dataset-path", dataset, "--custom-output-len", output_len,
              "--skip-chat-template", "--disable-shuffle", "--num-prompts", num_prompts, "--max-concurrency", concurrency,
-             "--ignore-eos", "--disable-tqdm"]
+             "--ignore-eos", "--temperature", "0", "--disable-tqdm"]  # greedy, as envkit asks
 
 
 def envkit_round() -> dict:

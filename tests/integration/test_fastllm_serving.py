@@ -12,74 +12,16 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from schema_check import valid_json
 
-ROOT = Path(__file__).resolve().parents[2]
-FV = ROOT / ".fastllm-venv"
-VPY = ROOT / ".vllm-venv" / "bin" / "python"
-WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()  # as make_tiny_model.py
-
-
-def pinned(core: int) -> list:
-    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 and Path("/usr/bin/taskset").exists() else []
-
-
-def has_chat_template(model: Path) -> bool:
-    """ftllm renders chat with the HF tokenizer's template (tokenizer_config.json's chat_template or chat_template.jinja);
-    without one it falls back to its own C++ tokenizer, which refuses tokenizer_class TokenizersBackend at load."""
-    return bool(json.loads((model / "tokenizer_config.json").read_text()).get("chat_template")) or (model / "chat_template.jinja").is_file()
-
-
-@pytest.fixture(scope="module")
-def fastllm_server(tmp_path_factory):
-    assert (FV / "bin/ftllm").exists(), "no fastllm environment: run ./scripts/start-fastllm-env.sh"
-    assert VPY.exists(), "no vLLM environment (it makes the tiny model): run ./scripts/start-vllm-env.sh"
-    work = tmp_path_factory.mktemp("fastllm")
-    model = work / "tiny"
-    subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
-    assert has_chat_template(model), "tests/vllm/make_tiny_model.py wrote no chat template: ftllm's /v1/chat/completions needs one"
-    prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(64))}) + "\n"
-                               for i in range(64)))
-    port = 17000 + os.getpid() % 1000
-    log = open(work / "server.log", "w")
-    start = time.perf_counter()
-    # stdin closed: on a load error ftllm's library prints "Press any key to exit..." and would wait for a key
-    proc = subprocess.Popen(pinned(0) + [str(FV / "bin/ftllm"), "server", str(model), "--device", "cpu", "--threads", "1",
-                                         "--model_name", "tiny", "--host", "127.0.0.1", "--port", str(port)],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None, "ftllm server exited:\n" + (work / "server.log").read_text()[-3000:]
-            assert time.time() < deadline, "ftllm server not ready in 300 s:\n" + (work / "server.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        yield {"url": url, "port": port, "model": model, "prompts": prompts, "start_s": time.perf_counter() - start,
-               "log": work / "server.log"}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+from serving_env import FV, ROOT, WORDS, envkit, pinned  # noqa: F401  (the servers: conftest.py)
 
 
 def test_the_server_streams_a_chat_completion_and_lists_the_model(fastllm_server):
@@ -109,10 +51,6 @@ def test_the_server_streams_a_chat_completion_and_lists_the_model(fastllm_server
                  headers={"Content-Type": "application/json"})
     assert conn.getresponse().status == 404                                           # chat only: why --endpoint chat
     conn.close()
-
-
-def envkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
 
 
 def test_the_chat_sweep_against_fastllm(fastllm_server):

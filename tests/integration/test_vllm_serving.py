@@ -10,64 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
-import pytest
 
 from pngread import decode_png
 from schema_check import valid_json
 
-ROOT = Path(__file__).resolve().parents[2]
-VPY = ROOT / ".vllm-venv" / "bin" / "python"
-WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()  # as make_tiny_model.py
-
-
-def pinned(core: int) -> list:
-    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) > 1 and Path("/usr/bin/taskset").exists() else []
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    assert VPY.exists(), "no vLLM environment: run ./scripts/test.sh (it runs ./scripts/start-vllm-env.sh)"
-    work = tmp_path_factory.mktemp("vllm")
-    model = work / "tiny"
-    subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
-    prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(64))}) + "\n"
-                               for i in range(64)))
-    port = 18000 + os.getpid() % 1000
-    log = open(work / "server.log", "w")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(pinned(0) + [str(VPY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                         "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "512",
-                                         "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 600
-        while True:
-            assert proc.poll() is None, "vLLM server exited:\n" + (work / "server.log").read_text()[-3000:]
-            assert time.time() < deadline, "vLLM server not ready in 600 s:\n" + (work / "server.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(2)
-        yield {"url": url, "model": model, "prompts": prompts}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+from serving_env import ROOT, VPY, WORDS, envkit, pinned  # noqa: F401  (the servers: conftest.py)
 
 
 def test_sweep_agrees_with_vllms_own_client_within_10_percent(vllm_server):
@@ -89,10 +40,6 @@ def test_sweep_agrees_with_vllms_own_client_within_10_percent(vllm_server):
     print(table)
     for key, _, _, ratio in report:
         assert abs(ratio - 1) <= 0.10, f"{key} disagrees with vLLM's client:\n{table}"
-
-
-def envkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
 
 
 def test_cli_sweep_writes_json_png_and_junit(vllm_server, tmp_path):

@@ -12,23 +12,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from pngread import decode_png
 from schema_check import valid_json
+from serving_env import running, write_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 TV = ROOT / ".triton-venv"
 REPO = ROOT / "tests/fixtures/triton_repo"
-WORDS = "the of and to in is was for on that with as by at from his an were are which this be or has had".split()
 
 
 @pytest.fixture(scope="module")
@@ -36,35 +33,14 @@ def triton_server(tmp_path_factory):
     assert (TV / "bin/tritonserver").exists(), "no Triton environment: run ./scripts/test.sh (it runs ./scripts/start-triton-env.sh)"
     work = tmp_path_factory.mktemp("triton")
     shutil.copytree(REPO / "models", work / "models")  # the python backend writes __pycache__ beside model.py
-    prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": " ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(64))}) + "\n"
-                               for i in range(64)))
+    prompts = write_prompts(work / "prompts.jsonl")
     http_port, grpc_port = 19000 + os.getpid() % 500, 19500 + os.getpid() % 500
-    log = open(work / "server.log", "w")
     env = {**os.environ, "PYTHONPATH": str(TV / "stub-site")}  # numpy for the stub's (the host's) Python: model.py reads it
-    proc = subprocess.Popen([str(TV / "bin/tritonserver"), f"--model-repository={work / 'models'}", "--http-address=127.0.0.1",
-                             f"--http-port={http_port}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}", "--allow-metrics=false"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{http_port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            assert proc.poll() is None, "tritonserver exited:\n" + (work / "server.log").read_text()[-3000:]
-            assert time.time() < deadline, "tritonserver not ready in 120 s:\n" + (work / "server.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(url + "/v2/models/ensemble/ready", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
+    with running([str(TV / "bin/tritonserver"), f"--model-repository={work / 'models'}", "--http-address=127.0.0.1",
+                  f"--http-port={http_port}", "--grpc-address=127.0.0.1", f"--grpc-port={grpc_port}", "--allow-metrics=false"],
+                 work / "server.log", url + "/v2/models/ensemble/ready", "tritonserver", 120, 0.5, env=env):
         yield {"url": url, "grpc": f"127.0.0.1:{grpc_port}", "prompts": prompts, "work": work}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def envkit(*args: str) -> subprocess.CompletedProcess:

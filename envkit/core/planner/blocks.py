@@ -686,10 +686,9 @@ class EngineSource(Block):
             raise InputError(f"fastllm {r.version} from source links {', '.join(r.cuda_libs)} from the CUDA toolkit; "
                              f"the toolkit wheels ({ctx.toolkit_chosen_by}) carry no NCCL", "use --toolkit image (the devel image)")
         args = self.cmake_args(ctx)
-        arch = next((a.split("=", 1)[1] for a in args if a.startswith("-DCUDA_ARCH=")), None)
         why = [f"--engine-build source: {r.tag} ({r.commit[:12]}) with CMake"]
-        if arch is not None:
-            why.append(f"-DCUDA_ARCH={arch} for the {sol.gpu.name if sol.gpu else ''}: fastllm's default is "
+        if sol.platform == "cuda":
+            why.append(f"-DCUDA_ARCH={self.cuda_arch} for the {sol.gpu.name if sol.gpu else ''}: fastllm's default is "
                        f"{r.cuda_arch_default or 'its own'}, and nvcc on a builder without a GPU quietly compiles for its own "
                        "default arch instead (docs/fastllm-source.md)")
         if any(a.startswith(f"-D{r.portable_option}=") for a in args):

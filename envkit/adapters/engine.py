@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping, Optional, Protocol
 
 from envkit.errors import ExternalError, InputError, PreflightError
+from envkit.model.container import ContainerSpec, GpuAccess
 
 Volumes = dict[str, dict[str, str]]
 SecretFiles = tuple[tuple[str, str], ...]  # (id, absolute path of the file): the file's content is never read here
@@ -40,12 +41,19 @@ class ContainerEngine(Protocol):
     def save(self, ref: str, dest: Path, progress: Optional[Callable[[int], None]] = None) -> None: ...
     def load(self, path: Path) -> list[tuple[str, list[str]]]: ...
     def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge") -> tuple[int, str]: ...
-    def run_with_gpus(self, image: str, command: list[str], volumes: Optional[Volumes] = None) -> tuple[int, str, str, bool]: ...
+    def info_or_none(self) -> Optional[dict[str, Any]]: ...
+    def run_container(self, spec: ContainerSpec) -> tuple[int, str, str, bool, str]: ...
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
               dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> Iterator[dict[str, Any]]: ...
     def copy_out(self, image: str, path: str, dest: Path) -> list[str]: ...
     def tag(self, image_id: str, ref: str) -> None: ...
     def size(self, ref: str) -> int: ...
+    def image_attrs(self, ref: str) -> dict[str, Any]: ...
+    def start_internal(self, spec: ContainerSpec) -> tuple[bool, str]: ...
+    def container_state(self, name: str) -> tuple[str, Optional[str], Optional[str]]: ...
+    def container_logs(self, name: str, tail: int = 30) -> str: ...
+    def container_user(self, name: str) -> str: ...
+    def stop_internal(self, name: str, network: str) -> None: ...
 
 
 class Engine:
@@ -129,35 +137,78 @@ class Engine:
             c.remove(force=True)
         return rc, logs
 
-    def run_with_gpus(self, image: str, command: list[str], volumes: Optional[dict] = None) -> tuple[int, str, str, bool]:
-        """Run with the network off and every GPU passed in where the engine has a GPU runtime, else without:
-        (exit status, stdout, stderr, whether the GPUs were passed)."""
+    def info_or_none(self) -> Optional[dict[str, Any]]:
+        try:
+            return dict(self.client.info())
+        except Exception:
+            return None
+
+    @staticmethod
+    def _gpu_kwargs(gpu: GpuAccess) -> dict[str, Any]:
+        """The SDK's create() arguments for a GpuAccess: the device request of `--gpus all`; CDI names as a `cdi` device
+        request (what `docker run --device nvidia.com/gpu=all` sends, and the only GPU request Podman's API honours);
+        device nodes at the same path; groups; security options. `runtime` is not needed: both engines take the same."""
         import docker.types
 
-        kw = dict(network_mode="none", volumes=volumes or {})
-        gpus = True
+        kw: dict[str, Any] = {}
+        requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpu.device_request else []
+        devices = [f"{d}:{d}:rwm" for d in gpu.devices]
+        if gpu.cdi:
+            requests.append(docker.types.DeviceRequest(driver="cdi", device_ids=list(gpu.cdi)))
+        if requests:
+            kw["device_requests"] = requests
+        if devices:
+            kw["devices"] = devices
+        if gpu.group_add:
+            kw["group_add"] = list(gpu.group_add)
+        if gpu.security_opt:
+            kw["security_opt"] = list(gpu.security_opt)
+        return kw
+
+    def _create_started(self, spec: ContainerSpec, gpu: bool, **extra: Any) -> Any:
+        binds = [*spec.volumes, *((h, c, "ro") for h, c in spec.gpu.binds)] if gpu else list(spec.volumes)
+        kw: dict[str, Any] = dict(network_mode=spec.network, volumes={h: {"bind": c, "mode": m} for h, c, m in binds},
+                                  environment=dict(spec.env), **extra)
+        if spec.shm_size:
+            kw["shm_size"] = spec.shm_size
+        if spec.name:
+            kw["name"] = spec.name
+        if gpu:
+            kw.update(self._gpu_kwargs(spec.gpu))
+        c = self.client.containers.create(spec.image, list(spec.command) or None, **kw)
         try:
-            c = self.client.containers.create(image, command, device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], **kw)
+            c.start()
+        except Exception:
+            c.remove(force=True)
+            raise
+        return c
+
+    def start(self, spec: ContainerSpec, **extra: Any) -> tuple[Any, str]:
+        """Create and start `spec`'s container with its GPU access; where the engine refuses the GPUs (no nvidia runtime,
+        no CDI spec, a device it cannot open) the same container without them. (container, the engine's refusal or "")."""
+        refusal = ""
+        if spec.gpu.passes:
             try:
-                c.start()
-            except Exception:
-                c.remove(force=True)
-                raise
-        except Exception:  # no GPU runtime on this engine
-            gpus = False
-            try:
-                c = self.client.containers.create(image, command, **kw)
-                c.start()
+                return self._create_started(spec, True, **extra), ""
             except Exception as exc:
-                raise ExternalError(f"the engine could not start {image}: {str(exc)[:300]}",
-                                    "check the image exists and the mounted paths are readable") from None
+                refusal = " ".join(str(getattr(exc, "explanation", None) or exc).split())[:300] or type(exc).__name__
+        try:
+            return self._create_started(spec, False, **extra), refusal
+        except Exception as exc:
+            raise ExternalError(f"the engine could not start {spec.image}: {str(exc)[:300]}",
+                                "check the image exists and the mounted paths are readable") from None
+
+    def run_container(self, spec: ContainerSpec) -> tuple[int, str, str, bool, str]:
+        """Run `spec` to its end: (exit status, stdout, stderr, whether the GPUs were passed, the engine's refusal of
+        them or "")."""
+        c, refusal = self.start(spec)
         try:
             rc = c.wait()["StatusCode"]
             out = c.logs(stderr=False).decode(errors="replace")
             err = c.logs(stdout=False).decode(errors="replace")
         finally:
             c.remove(force=True)
-        return rc, out, err, gpus
+        return rc, out, err, spec.gpu.passes and not refusal, refusal
 
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
               dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> Iterator[dict]:
@@ -223,28 +274,17 @@ class Engine:
     def image_attrs(self, ref: str) -> dict[str, Any]:
         return dict(self.client.images.get(ref).attrs)
 
-    def start_internal(self, image: str, name: str, network: str, env: Mapping[str, str], volumes: Volumes, shm_size: str) -> bool:
-        """Create `network` (internal: no route out, no DNS beyond it) and start `image` on it as container `name`, with
-        every GPU where the engine has a GPU runtime; whether the GPUs were passed."""
-        import docker.types
-
-        self.client.networks.create(network, driver="bridge", internal=True, labels={"io.envkit.serve": name})
-        kw: dict[str, Any] = dict(name=name, network=network, environment=dict(env), volumes=volumes, detach=True,
-                                  labels={"io.envkit.serve": network}, shm_size=shm_size)
+    def start_internal(self, spec: ContainerSpec) -> tuple[bool, str]:
+        """Create the internal network `spec.network` (no route out, no DNS beyond it) and start `spec` on it, detached,
+        with its GPU access where the engine grants it: (whether the GPUs were passed, the engine's refusal or "")."""
+        assert spec.name, "a server's container has a name"
+        self.client.networks.create(spec.network, driver="bridge", internal=True, labels={"io.envkit.serve": spec.name})
         try:
-            self.client.containers.run(image, device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])], **kw)
-            return True
-        except Exception:  # no GPU runtime on this engine: the same container without GPUs
-            try:
-                self.client.containers.get(name).remove(force=True)
-            except Exception:
-                pass
-        try:
-            self.client.containers.run(image, **kw)
-        except Exception as exc:
-            self.stop_internal(name, network)
-            raise ExternalError(f"the engine could not start {image}: {str(exc)[:300]}", "check the image and the --env values") from None
-        return False
+            _, refusal = self.start(spec, labels={"io.envkit.serve": spec.network})
+        except BaseException:
+            self.stop_internal(spec.name, spec.network)
+            raise
+        return spec.gpu.passes and not refusal, refusal
 
     def container_state(self, name: str) -> tuple[str, Optional[str], Optional[str]]:
         """(state: running/exited/..., health: starting/healthy/unhealthy or None without a HEALTHCHECK, IP address)."""

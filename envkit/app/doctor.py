@@ -7,26 +7,39 @@ from typing import Any, Optional
 
 from envkit import data
 from envkit.adapters.engine import ContainerEngine, Engine
+from envkit.app import containers
 from envkit.app.reporter import Reporter, Silent
 from envkit.config import matrix_file
 from envkit.config.userfile import parse_json, read_json
 from envkit.core.judge import healthy, judge
 from envkit.core.judge_for import for_findings
+from envkit.core.judge_image import image_gpu_findings
 from envkit.core.resolve import parse_query
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import probe
+from envkit.model.container import ContainerSpec
 from envkit.model.flags import ResolveFlags, parse_flag_string
 from envkit.model.host import Finding, Host
 from envkit.model.matrix import Matrix
 
 
-def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> dict[str, Any]:
-    """Run the probe inside an image (its own Python; GPUs passed through when the engine can)."""
-    engine = engine or Engine.connect()
+def probe_spec(image: str, deep: bool, engine: ContainerEngine) -> ContainerSpec:
     engine.require_image(image)
     script = (data.INIMAGE / "probe.py").read_text()
-    cmd = ["python3", "-c", script] + (["--deep"] if deep else [])
-    _, out, _, gpus = engine.run_with_gpus(image, cmd)
+    deep_arg = ["--deep"] if deep else []
+    return containers.plan(engine, image, ["python3", "-c", script, *deep_arg], shown=("python3", "-c", "<envkit's probe.py>", *deep_arg))
+
+
+def plan_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> containers.PlannedRun:
+    engine = engine or Engine.connect()
+    return containers.PlannedRun("envkit doctor --image", probe_spec(image, deep, engine), containers.expects(engine, image))
+
+
+def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> dict[str, Any]:
+    """Run the probe inside an image (its own Python), with the GPUs its solution names passed in (core/devices.py)."""
+    engine = engine or Engine.connect()
+    spec = probe_spec(image, deep, engine)
+    _, out, _, gpus, refusal = engine.run_container(spec)
     try:
         rec = parse_json(out[out.find("{"):], "the probe's output in", image)
         if not isinstance(rec, dict):
@@ -34,6 +47,7 @@ def probe_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None
     except ValueError:
         raise ExternalError(f"the probe printed no facts inside {image}: {out.strip()[-200:]}", "the image needs python3") from None
     rec["gpus_passed"] = gpus
+    rec["gpu_access"] = {**spec.gpu.to_json(), "refusal": refusal or None, "expects": containers.expects(engine, image)}
     return rec
 
 
@@ -124,7 +138,7 @@ def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optiona
             whose = f"the probed facts (this host's or image {image}'s)"
         raise InputError(f"{whose}: {exc.message}", exc.fix) from None
     try:
-        findings = judge(m, host)
+        findings = judge(m, host) + image_gpu_findings(image or "", image_record)
     except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
         if not facts_file:
             raise

@@ -6,19 +6,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from envkit.adapters.engine import ContainerEngine, Engine
+from envkit.app import containers
+from envkit.app.containers import PlannedRun
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import MAX_DATASET_BYTES, parse_file, parse_json
 from envkit.errors import EnvkitError, ExternalError, InputError
 from envkit.inimage import selftest as script
+from envkit.model.container import ContainerSpec
 from envkit.model.results import CheckResult, SelftestResult
 
 SCRIPT_IN_IMAGE = "/opt/envkit/selftest.py"
 MODEL_IN_IMAGE = "/envkit-model"
 LAMBADA_IN_IMAGE = "/envkit-lambada.jsonl"
-NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"  # present where the NVIDIA driver is loaded
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class SelftestRequest:
     peak_gbs: Optional[float] = None
     input_len: Optional[int] = None
     output_len: Optional[int] = None
+    allow_cpu: bool = False
 
 
 def check_engines(req: SelftestRequest) -> None:
@@ -52,7 +55,7 @@ def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str
         return
     local = [flag for flag, on in (("--engine " + " ".join(req.engines), req.engines), ("--shape", req.shapes), ("--image", image),
                                    ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
-                                   ("--peak-gbs", req.peak_gbs)) if on]
+                                   ("--peak-gbs", req.peak_gbs), ("--allow-cpu", req.allow_cpu)) if on]
     if len(urls) > 1 or local:
         raise InputError(f"--engine openai:URL (or triton:URL) sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
                          "run the sweep and the local self-test as two commands")
@@ -78,7 +81,7 @@ def check(req: SelftestRequest) -> None:
 def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[str]) -> list[str]:
     """The arguments of the in-image script: only what was asked, so images built by an older envkit, whose
     script knows fewer options, still run a plain self-test."""
-    args = ["--json"] + (["--quick"] if req.quick else []) + (["--parity"] if req.parity else [])
+    args = ["--json"] + (["--quick"] if req.quick else []) + (["--parity"] if req.parity else []) + (["--allow-cpu"] if req.allow_cpu else [])
     for flag, values in (("--shape", req.shapes), ("--model", (model,) if model else ()), ("--engine", req.engines)):
         for v in values:
             args += [flag, v]
@@ -89,8 +92,14 @@ def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[st
     return args
 
 
-def run(req: SelftestRequest, image: Optional[str] = None, reporter: Reporter = Silent()) -> SelftestResult:
-    """Inside `image` when one is named, else here; what the test does now goes to the reporter."""
+def run(req: SelftestRequest, image: Optional[str] = None, reporter: Reporter = Silent(), dry_run: bool = False
+        ) -> Union[SelftestResult, PlannedRun]:
+    """Inside `image` when one is named, else here; what the test does now goes to the reporter. With dry_run, the
+    container that would run it (image only)."""
+    if dry_run:
+        if not image:
+            raise InputError("--dry-run shows the container of selftest --image", "add --image IMAGE, or drop --dry-run")
+        return plan_in_image(image, req)
     return run_in_image(image, req, reporter=reporter) if image else run_here(req, reporter)
 
 
@@ -113,32 +122,48 @@ def run_here(req: SelftestRequest, reporter: Reporter = Silent()) -> SelftestRes
     with script.stdout_to_stderr():
         return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
                           req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "", say=reporter.say,
-                          peak_lookup=matrix_peak))
+                          peak_lookup=matrix_peak, allow_cpu=req.allow_cpu))
+
+
+def _spec(image: str, req: SelftestRequest, engine: ContainerEngine) -> ContainerSpec:
+    check(req)
+    volumes: list[tuple[str, str, str]] = []
+    if req.model:
+        volumes.append((str(Path(req.model).resolve()), MODEL_IN_IMAGE, "ro"))
+    if req.lambada:
+        volumes.append((str(Path(req.lambada).resolve()), LAMBADA_IN_IMAGE, "ro"))
+    args = script_args(req, MODEL_IN_IMAGE if req.model else None, LAMBADA_IN_IMAGE if req.lambada else None)
+    engine.require_image(image)
+    return containers.plan(engine, image, ["python", SCRIPT_IN_IMAGE, *args], volumes=tuple(volumes))
+
+
+def plan_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None) -> PlannedRun:
+    engine = engine or Engine.connect()
+    return PlannedRun("envkit selftest --image", _spec(image, req, engine), containers.expects(engine, image))
 
 
 def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None, reporter: Reporter = Silent()) -> SelftestResult:
-    """Inside the image, network none, every GPU passed in where the engine can; on a host with NVIDIA GPUs an
-    engine that could not pass them in fails the test (it ran on the CPU)."""
-    check(req)
-    volumes: dict[str, dict[str, str]] = {}
-    if req.model:
-        volumes[str(Path(req.model).resolve())] = {"bind": MODEL_IN_IMAGE, "mode": "ro"}
-    if req.lambada:
-        volumes[str(Path(req.lambada).resolve())] = {"bind": LAMBADA_IN_IMAGE, "mode": "ro"}
-    args = script_args(req, MODEL_IN_IMAGE if req.model else None, LAMBADA_IN_IMAGE if req.lambada else None)
+    """Inside the image, network none, the GPUs its solution names passed in (core/devices.py). It fails when they are
+    not there: the in-image script judges what torch sees against the solution; this side adds why the GPUs were not
+    passed (none on this host, or the engine refused them), and judges an older image's script from its label."""
     engine = engine or Engine.connect()
-    engine.require_image(image)
-    reporter.say(f"running the self-test in {image} (network none)")
-    rc, out, err, gpus = engine.run_with_gpus(image, ["python", SCRIPT_IN_IMAGE, *args], volumes)
+    spec = _spec(image, req, engine)
+    reporter.say(f"running the self-test in {image} (network none{f', {spec.gpu.vendor} GPUs passed in' if spec.gpu.passes else ''})")
+    rc, out, err, passed, refusal = engine.run_container(spec)
     try:
         doc = parse_json(out, "the self-test's output in", image)  # the image is the user's: its output is read as a user file
-        doc["gpus_passed"] = gpus
+        doc["gpus_passed"] = passed
+        doc["container"] = spec.to_json()
         result = SelftestResult.from_json(doc)
     except (ValueError, TypeError):
         raise ExternalError(f"the self-test in {image} printed no result (exit {rc}): {(err or out).strip()[-300:]}",
                             f"is it an envkit-built image? ({SCRIPT_IN_IMAGE})") from None
-    if not gpus and Path(NVIDIA_CONTROL_DEVICE).exists():
-        result = result.with_check(CheckResult(
-            "GPUs passed into the container", False, "this host has NVIDIA GPUs but the engine has no GPU runtime, so the test "
-            "ran on the CPU; install nvidia-container-toolkit and configure the engine"))
-    return result
+    target = containers.expects(engine, image)
+    if target is not None and not any(c.name == script.TARGET_CHECK for c in result.checks):
+        # an image built before its script judged its own target: what it saw is only cpu or cuda
+        seen = {"devices": [] if doc.get("device") != "cuda" else [{"name": "GPU", "arch": target.get("arch") or ""}]}
+        verdict = script.target_check(target, seen, req.allow_cpu)
+        if verdict is not None and (not verdict["ok"] or not seen["devices"]):
+            result = result.with_check(CheckResult(verdict["name"], verdict["ok"], verdict["detail"]))
+    passed_check = containers.passed_check(spec, passed, refusal, req.allow_cpu)
+    return result.with_check(passed_check) if passed_check else result

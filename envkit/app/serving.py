@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from envkit.adapters.engine import split_ref
+from envkit.adapters.engine import ContainerEngine, split_ref
 from envkit.adapters.model_dir import ModelTree, place_model, read_model
-from envkit.errors import InputError
+from envkit.app import containers
+from envkit.errors import InputError, PreflightError
+from envkit.model.container import ContainerSpec
 from envkit.model.plan import SERVE_PORT, Serve
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
@@ -101,20 +103,23 @@ def first_cause(log: list[str]) -> str:
     return (root or imports or errors or log or ["(no output)"])[0]
 
 
-def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, timeout: float = 900.0,
-          say: Callable[[str], None] = lambda _: None, engine=None, shm_size: str = "2g") -> Running:
-    """Start a serving image on a new internal network, wait until its HEALTHCHECK says healthy; the URL to reach it."""
-    import secrets
-    import time
+@dataclass(frozen=True)
+class _Launch:
+    spec: ContainerSpec
+    model: str
+    model_sha256: str
+    port: str
 
-    from envkit.adapters.engine import Engine
-    from envkit.errors import ExternalError
+
+def _launch(image: str, env: tuple[str, ...], model_dir: Optional[str], shm_size: str, engine: ContainerEngine) -> _Launch:
+    """Every check of the request and the image, and the container to start: nothing is started here."""
+    import secrets
+
     from envkit.model.plan import MODEL_DIR
 
     variables = _env(env)
     if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
         raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
-    engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)
     name = labels.get("io.envkit.model.name")
@@ -126,13 +131,47 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
         raise InputError(f"{image} mounts its model at {MODEL_DIR}: --model-dir is missing", "pass --model-dir DIR (the model's directory)")
     if model_dir and not Path(model_dir, "config.json").is_file():
         raise InputError(f"--model-dir {model_dir}: no config.json", "pass the model's directory")
-    volumes = {str(Path(model_dir).resolve()): {"bind": MODEL_DIR, "mode": "ro"}} if model_dir else {}
+    volumes = ((str(Path(model_dir).resolve()), MODEL_DIR, "ro"),) if model_dir else ()
     ports = [p.split("/")[0] for p in (engine.image_attrs(image).get("Config", {}).get("ExposedPorts") or {})]
-    port = ports[0] if ports else str(SERVE_PORT)
-    suffix = secrets.token_hex(4)
-    container = network = SERVE_PREFIX + suffix
+    container = SERVE_PREFIX + secrets.token_hex(4)
+    spec = containers.plan(engine, image, [], volumes=volumes, network=container, env=tuple(variables.items()),
+                           shm_size=shm_size, name=container)
+    return _Launch(spec, name, labels.get("io.envkit.model.sha256", ""), ports[0] if ports else str(SERVE_PORT))
+
+
+def plan_start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, shm_size: str = "2g",
+               engine: Optional[ContainerEngine] = None) -> containers.PlannedRun:
+    """serve --dry-run: the server's container, its GPUs and what the image was built for; nothing is started."""
+    from envkit.adapters.engine import Engine
+
+    engine = engine or Engine.connect()
+    return containers.PlannedRun("envkit serve", _launch(image, env, model_dir, shm_size, engine).spec, containers.expects(engine, image))
+
+
+def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, timeout: float = 900.0,
+          say: Callable[[str], None] = lambda _: None, engine: Optional[ContainerEngine] = None, shm_size: str = "2g",
+          allow_cpu: bool = False) -> Running:
+    """Start a serving image on a new internal network, wait until its HEALTHCHECK says healthy; the URL to reach it. An
+    image built for GPUs that cannot have them here is refused before it starts (unless allow_cpu)."""
+    import time
+
+    from envkit.adapters.engine import Engine
+    from envkit.errors import ExternalError
+
+    engine = engine or Engine.connect()
+    launch = _launch(image, env, model_dir, shm_size, engine)
+    spec = launch.spec
+    if spec.gpu.wanted and not spec.gpu.passes and not allow_cpu:
+        raise PreflightError(f"{image} is built for {spec.gpu.vendor} GPUs: {spec.gpu.missing}",
+                             "serve it on a host with its GPUs, or add --allow-cpu to start it without them")
+    container = network = spec.name or ""
     t0 = time.monotonic()
-    gpus = engine.start_internal(image, container, network, variables, volumes, shm_size)
+    gpus, refusal = engine.start_internal(spec)
+    if spec.gpu.wanted and not gpus and not allow_cpu:
+        engine.stop_internal(container, network)
+        raise ExternalError(f"the engine refused {image}'s {spec.gpu.vendor} devices: {refusal}",
+                            "install the vendor's container toolkit (NVIDIA: nvidia-container-toolkit, then nvidia-ctk runtime "
+                            "configure; Podman: nvidia-ctk cdi generate), or add --allow-cpu")
     say(f"serve: {image} as {container} on internal network {network} (no route out){', GPUs passed' if gpus else ''}")
     try:
         while True:
@@ -159,9 +198,9 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
     except BaseException:
         engine.stop_internal(container, network)
         raise
-    url = f"http://{ip}:{port}"
-    say(f"serve: healthy after {time.monotonic() - t0:.0f} s at {url} (model {name}, user {user})")
-    return Running(image, container, network, url, name, labels.get("io.envkit.model.sha256", ""), user, gpus, time.monotonic() - t0)
+    url = f"http://{ip}:{launch.port}"
+    say(f"serve: healthy after {time.monotonic() - t0:.0f} s at {url} (model {launch.model}, user {user})")
+    return Running(image, container, network, url, launch.model, launch.model_sha256, user, gpus, time.monotonic() - t0)
 
 
 def stop(container: str, engine=None) -> None:

@@ -56,12 +56,16 @@ def selftest(
     endpoint: Optional[str] = typer.Option(None, "--endpoint", metavar="completions|chat", show_default=False,
                                            help="with openai:URL, stream /v1/completions (default) or /v1/chat/completions "
                                            "(one user message per request; the random workload's token ids sent as words)"),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="pass without a GPU though the image is built for one (only its "
+                                   "CPU path is tested); without it a GPU image that sees no GPU fails"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="with --image: print the container (GPU devices, groups, mounts) and "
+                                 "what it must see, and run nothing"),
 ) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI or Triton server."""
     urls = [e for e in engines if e.startswith(("openai:", "triton:"))]
     req = app.selftest.SelftestRequest(quick=quick, engines=tuple(e for e in engines if e not in urls),
                                        shapes=tuple(shapes), model=model, parity=parity, lambada=lambada, peak_gbs=peak_gbs,
-                                       input_len=input_len, output_len=output_len)
+                                       input_len=input_len, output_len=output_len, allow_cpu=allow_cpu)
     app.selftest.check_engines(req)
     if triton_parameters and not any(u.startswith("triton:") for u in urls):
         raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
@@ -72,12 +76,19 @@ def selftest(
     if junit_path:
         ui.junit.prepare(junit_path)
     app.selftest.check_sweep_alone(urls, req, image, dataset, request_rate)
+    if dry_run and urls:
+        raise InputError("--dry-run shows the container of selftest --image; a serving sweep runs no container",
+                         "drop --dry-run, or use it with --image")
     if urls:
         return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset,
                                                    api_key, request_rate, ready_timeout, triton_parameters, endpoint),
                       as_json, report, junit_path)
+    if dry_run:
+        planned = app.selftest.run(req, image, dry_run=True)
+        return finish(planned, as_json, lambda p: ui.report.print_planned_run(p.to_json()))
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         result = app.selftest.run(req, image, reporter)
+    assert isinstance(result, app.selftest.SelftestResult)
     doc = result.to_json()
     if report:
         ui.report_dir.write(report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
@@ -90,11 +101,17 @@ def doctor(
     image: Optional[str] = typer.Option(None, "--image", help="judge this image's stack on this host's GPUs"),
     for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
     facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="with --image: print the probe's container (GPU devices, groups, "
+                                 "mounts) and run nothing"),
     as_json: bool = opt.as_json(),
     junit_path: Optional[str] = opt.junit("also write the findings as JUnit XML"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
+    if dry_run:
+        if not image:
+            raise InputError("--dry-run shows the container of doctor --image", "add --image IMAGE, or drop --dry-run")
+        return finish(app.doctor.plan_image(image, deep), as_json, lambda p: ui.report.print_planned_run(p.to_json()))
     if junit_path:
         ui.junit.prepare(junit_path)
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
@@ -130,6 +147,8 @@ def serve(
     input_len: Optional[int] = typer.Option(None, "--input-len", min=1, help="the sweep's prompt tokens (default 128)"),
     output_len: Optional[int] = typer.Option(None, "--output-len", min=2, help="the sweep's tokens per request (default 128)"),
     stop: Optional[str] = typer.Option(None, "--stop", metavar="CONTAINER", help="stop a server envkit serve started (and its network)"),
+    allow_cpu: bool = typer.Option(False, "--allow-cpu", help="start an image built for GPUs without them (else refused before it starts)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the server's container (GPU devices, groups, mounts) and start nothing"),
     as_json: bool = opt.as_json("print the server (and the sweep) as JSON"),
 ) -> None:
     """Run a serving image on an internal network with no route out (GPUs passed where the engine has them), wait until
@@ -141,8 +160,11 @@ def serve(
     if not image:
         raise InputError("envkit serve needs --image IMAGE (or --stop CONTAINER)", "pass the serving image's tag")
     app.sweep.check(app.sweep.SweepRequest("openai:http://127.0.0.1", concurrency=concurrency))  # the sweep's own faults, before anything starts
+    if dry_run:
+        return finish(app.serving.plan_start(image, tuple(env), model_dir, shm_size), as_json,
+                      lambda p: ui.report.print_planned_run(p.to_json()))
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        running = app.serving.start(image, tuple(env), model_dir, timeout, reporter.say, shm_size=shm_size)
+        running = app.serving.start(image, tuple(env), model_dir, timeout, reporter.say, shm_size=shm_size, allow_cpu=allow_cpu)
         if sweep:
             try:
                 req = app.sweep.SweepRequest.asked(f"openai:{running.url}", running.model, concurrency, num_prompts, input_len, output_len, None)

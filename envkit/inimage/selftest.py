@@ -649,6 +649,126 @@ def check_nccl(torch, size_mb: int = 1024) -> dict | None:
             "detail": f"{world} GPUs, {size_mb} MB fp32: bus bandwidth {res['busbw_gbs']} GB/s (algbw {res['algbw_gbs']})"}
 
 
+VENDOR_OF_PLATFORM = {"cuda": "nvidia", "rocm": "amd", "dtk": "hygon"}
+TARGET_CHECK = "GPU the image was built for"
+DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dri")
+
+
+def read_solution(path: str = SOLUTION_PATH):
+    """The image's solution document (written by envkit generate), or None where there is none or it does not parse."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _archs(value) -> list:
+    return [str(a) for a in value] if isinstance(value, list) else []
+
+
+def built_for(solution) -> dict | None:
+    """What a GPU image was built for, from its solution: the platform, its vendor, the GPU named at build time and the
+    arch list of every compiled part (torch's build, flash-attn and the csrc kernels compiled for the target). None for
+    a CPU image, or where no solution says."""
+    if not isinstance(solution, dict) or solution.get("platform") not in VENDOR_OF_PLATFORM:
+        return None
+    gpu = solution.get("gpu") if isinstance(solution.get("gpu"), dict) else {}
+    parts = {}
+    torch_part = solution.get("torch") if isinstance(solution.get("torch"), dict) else {}
+    if _archs(torch_part.get("archs")):
+        parts["torch"] = _archs(torch_part.get("archs")) + ([f"{torch_part['ptx']}+PTX"] if torch_part.get("ptx") else [])
+    fa = solution.get("flash_attn") if isinstance(solution.get("flash_attn"), dict) else {}
+    if fa.get("build") == "source" and _archs(fa.get("arch_list")):
+        parts["flash-attn"] = _archs(fa.get("arch_list"))
+    for k in solution.get("kernels") or []:
+        if isinstance(k, dict) and _archs(k.get("arch_list")):
+            parts[f"csrc {k.get('name')}"] = _archs(k.get("arch_list"))
+    toolkit = solution.get("toolkit") if isinstance(solution.get("toolkit"), dict) else {}
+    return {"platform": solution["platform"], "vendor": VENDOR_OF_PLATFORM[solution["platform"]], "gpu": gpu.get("name"),
+            "arch": gpu.get("arch"), "toolkit": toolkit.get("version"), "parts": parts}
+
+
+def _as_arch_tokens(archs: list) -> list:
+    """A build's arch list as torch's tokens: "9.0" -> sm_90, "9.0+PTX" -> sm_90 and compute_90; sm_/compute_/gfx kept."""
+    out = []
+    for a in archs:
+        base, ptx = (a[:-4], True) if a.upper().endswith("+PTX") else (a, False)
+        if "." in base and base.replace(".", "").isdigit():
+            digits = base.replace(".", "")
+            out += [f"sm_{digits}"] + ([f"compute_{digits}"] if ptx else [])
+        else:
+            out.append(base)
+    return out
+
+
+def part_runs(seen_arch: str, archs: list) -> bool:
+    """Whether code built for `archs` runs on a device of `seen_arch` (sm_XY or gfxNNN)."""
+    if seen_arch.startswith("gfx"):
+        return seen_arch in [a.split(":")[0] for a in archs]
+    digits = seen_arch.split("_")[-1]
+    if not digits.isdigit():
+        return False
+    return arch_runs((int(digits[:-1]), int(digits[-1])), _as_arch_tokens(archs))
+
+
+def seen_gpus(torch) -> dict:
+    """The GPUs torch sees here: its backend (cuda, hip or none) and each device's name and arch."""
+    backend = "hip" if getattr(torch.version, "hip", None) else "cuda" if getattr(torch.version, "cuda", None) else None
+    devices = []
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        count = 0
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        gcn = getattr(props, "gcnArchName", "") or ""
+        arch = gcn.split(":")[0] if backend == "hip" and gcn else f"sm_{props.major}{props.minor}"
+        devices.append({"name": torch.cuda.get_device_name(i), "arch": arch})
+    return {"backend": backend, "devices": devices, "nodes": [n for n in DEVICE_NODES if os.path.exists(n)]}
+
+
+def _what(target: dict) -> str:
+    gpu = f"{target['gpu']} ({target['arch']})" if target.get("gpu") else f"{target['vendor']} GPUs"
+    return f"{gpu}, {target['platform']}{' ' + str(target['toolkit']) if target.get('toolkit') else ''}"
+
+
+def target_check(target, seen: dict, allow_cpu: bool = False) -> dict | None:
+    """The verdict on whether this container has the GPUs the image was built for: none seen, torch of the other
+    vendor's backend, or a device whose arch a compiled part does not cover fails (with the fix); --allow-cpu lets a
+    run without any GPU pass, saying so. None for a CPU image."""
+    if target is None:
+        return None
+    what = _what(target)
+    devices = seen.get("devices") or []
+    if not devices:
+        if allow_cpu:
+            return {"name": TARGET_CHECK, "ok": True, "allowed_cpu": True,
+                    "detail": f"no GPU here; --allow-cpu: the image is built for {what}, and only its CPU path was tested"}
+        nodes = seen.get("nodes") or []
+        here = f"the container has {', '.join(nodes)} but torch sees no GPU" if nodes else "no GPU device is in the container"
+        return {"name": TARGET_CHECK, "ok": False,
+                "detail": f"built for {what}, but {here}: run it where the GPUs are passed in (envkit selftest --image passes "
+                          "them; docker run --gpus all for NVIDIA, --device /dev/kfd --device /dev/dri for AMD and Hygon; a CI "
+                          "job on a GPU runner), or add --allow-cpu to test only its CPU path"}
+    want_backend = "hip" if target["vendor"] in ("amd", "hygon") else "cuda"
+    if seen.get("backend") and seen["backend"] != want_backend:
+        return {"name": TARGET_CHECK, "ok": False,
+                "detail": f"built for {what}, but this torch runs on {seen['backend']}: the image's torch is not the one its "
+                          "solution names; rebuild it (envkit build)"}
+    misses = [f"{part} ({' '.join(archs)}) does not run on {d['name']} {d['arch']}"
+              for d in devices for part, archs in target["parts"].items() if not part_runs(d["arch"], archs)]
+    names = ", ".join(sorted({f"{d['name']} ({d['arch']})" for d in devices}))
+    if misses:
+        return {"name": TARGET_CHECK, "ok": False,
+                "detail": f"built for {what}; here: {names}. {'; '.join(sorted(set(misses)))}: build for this GPU "
+                          f"(envkit generate --gpu {devices[0]['arch']}), or run it on the GPU it was built for"}
+    covered = ", ".join(f"{part} {' '.join(archs)}" for part, archs in target["parts"].items())
+    return {"name": TARGET_CHECK, "ok": True,
+            "detail": f"built for {what}; here: {len(devices)} x {names}{'; runs ' + covered if covered else ''}"}
+
+
 def arch_runs(cc: tuple, archs: list) -> bool:
     """SASS for sm_XY runs on the same major with a higher minor; PTX compute_XY JITs on anything newer."""
     for a in archs:
@@ -665,9 +785,10 @@ def arch_runs(cc: tuple, archs: list) -> bool:
 
 def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: float = 0.0, models: tuple = (), parity: bool = False,
         input_len: int = 128, output_len: int = 0, lambada_path: str = "", lambada_limit: int = 500, say=_quiet,
-        peak_lookup=None) -> dict:
+        peak_lookup=None, allow_cpu: bool = False, solution_path: str = SOLUTION_PATH) -> dict:
     """The self-test's document; what it does now goes to `say` (one line a step), never to stdout. The HBM peak is
-    peak_gbs, else the image's solution's, else peak_lookup(GPU name) (the CLI's matrix row for this GPU)."""
+    peak_gbs, else the image's solution's, else peak_lookup(GPU name) (the CLI's matrix row for this GPU). The GPUs the
+    image's solution names must be here (TARGET_CHECK), unless allow_cpu lets a run without any pass."""
     doc: dict = {"schema": 1, "python": platform.python_version(), "checks": [], "decode": None, "models": [], "lambada": []}
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     say("importing torch")
@@ -680,6 +801,14 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         return doc
     doc["torch"] = torch.__version__
     doc["checks"].append(_timed({"name": "torch imports", "ok": True, "detail": torch.__version__}, t0))
+    target = built_for(read_solution(solution_path))
+    if target is not None:
+        doc["target"] = target
+        t0 = time.perf_counter()
+        doc["gpus"] = seen = seen_gpus(torch)
+        check = target_check(target, seen, allow_cpu)
+        if check is not None:
+            doc["checks"].append(_timed(check, t0))
     device = "cpu"
     if torch.cuda.is_available():
         device = "cuda"
@@ -691,7 +820,7 @@ def run(quick: bool, shapes: tuple = (), engines: tuple = ("hf",), peak_gbs: flo
         doc["checks"].append(_timed({"name": "GPU arch in torch's build", "ok": ok,
                                      "detail": f"{torch.cuda.get_device_name(0)} {arch}; torch has {' '.join(archs)}"}, t0))
     doc["device"] = device
-    peak, source = resolve_peak(peak_gbs, torch.cuda.get_device_name(0) if device == "cuda" else "", peak_lookup)
+    peak, source = resolve_peak(peak_gbs, torch.cuda.get_device_name(0) if device == "cuda" else "", peak_lookup, solution_path)
     if device == "cuda":
         for what, check in (("memory bandwidth", lambda: [check_bandwidth(torch, peak, source)]),
                             ("flash-attn", lambda: [c for c in [check_flash_attn(torch)] if c]),
@@ -759,6 +888,8 @@ def main(argv=None) -> int:
     p.add_argument("--lambada", default="", metavar="JSONL", help="LAMBADA last-word accuracy of each --model ({\"text\": ...} lines)")
     p.add_argument("--lambada-limit", type=int, default=500, help="examples read from the LAMBADA file")
     p.add_argument("--peak-gbs", type=float, default=0.0, help="the GPU's HBM peak, when no /opt/envkit/solution.json says it")
+    p.add_argument("--allow-cpu", action="store_true", help="pass without a GPU, though the image is built for one (its CPU path only)")
+    p.add_argument("--solution", default=SOLUTION_PATH, metavar="JSON", help="the solution the image was built from")
     a = p.parse_args(argv)
     if a.input_len < 1 or a.output_len < 0 or a.output_len == 1:
         p.error("--input-len must be at least 1 and --output-len at least 2")
@@ -778,7 +909,7 @@ def main(argv=None) -> int:
 
     with stdout_to_stderr():
         doc = run(a.quick, tuple(a.shape), tuple(a.engine) or ("hf",), a.peak_gbs, tuple(a.model), a.parity, a.input_len, a.output_len,
-                  a.lambada, a.lambada_limit, say)
+                  a.lambada, a.lambada_limit, say, allow_cpu=a.allow_cpu, solution_path=a.solution)
     if a.json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

@@ -373,6 +373,30 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
     c.print(t)
 
 
+def print_planned_run(doc: dict, console: Optional[Console] = None) -> None:
+    """--dry-run of selftest --image, doctor --image and serve: the container, how the GPUs reach it, and what the run
+    will hold the image to."""
+    c = console or _console()
+    spec, gpu = doc["container"], doc["container"]["gpu"]
+    t = Table(title=_e(f"{doc['for']} --dry-run: nothing is run"), title_justify="left", header_style="bold")
+    t.add_column("")
+    t.add_column("", overflow="fold")
+    _row(t, "image", f"{spec['image']} (solution platform: {spec['platform'] or 'no envkit label'})")
+    _row(t, "engine", f"{spec['runtime']}, network {spec['network']}")
+    if gpu["vendor"] is None:
+        _row(t, "GPUs", "none passed" + (f": {gpu['why'][0]}" if gpu["why"] else ""))
+    elif gpu["passes"]:
+        _row(t, "GPUs", f"{gpu['vendor']}: " + "; ".join(gpu["why"]))
+    if gpu["missing"]:
+        _row(t, "GPUs missing", gpu["missing"])
+    exp = doc.get("expects")
+    if exp:
+        parts = "; ".join(f"{k} {' '.join(v)}" for k, v in exp["parts"].items())
+        _row(t, "must see", f"{exp.get('gpu') or exp['vendor'] + ' GPUs'} ({exp.get('arch') or 'any arch'}); {parts or 'no arch list'}")
+    _row(t, "command line", spec["command_line"])
+    c.print(t)
+
+
 def print_serving(doc: dict, console: Optional[Console] = None) -> None:
     c = console or _console()
     t = Table(title=_e(f"envkit serve {doc['image']}"), title_justify="left", header_style="bold")

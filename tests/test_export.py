@@ -107,7 +107,47 @@ def test_gitlab_ci_is_valid_against_gitlabs_schema():
     assert {name: ([m["TARGET"] for m in job["parallel"]["matrix"]], job.get("tags")) for name, job in jobs.items()} == {
         "envkit-build": (["cpu-demo"], None), "envkit-build-gpu": (["a6000-cu118"], ["gpu"]),
         "envkit-build-gpu-h200": (["h200-cu128"], ["gpu-h200"])}
-    assert all(job["extends"] == ".envkit-build" for job in jobs.values())
+    assert {name: job["extends"] for name, job in jobs.items()} == {
+        "envkit-build": ".envkit-build", "envkit-build-gpu": ".envkit-gpu", "envkit-build-gpu-h200": ".envkit-gpu"}
+
+
+def test_gpu_jobs_get_a_gpu_runner_and_fail_on_one_without_gpus(tmp_path):
+    """Issue 25 (newcomer review 3, D7): the GitLab GPU jobs ran in docker:dind, where no GPU reaches the self-test, and
+    went green. GPU jobs now use the runner's own engine with no dind service, on their runner's tags; GitHub GPU rows
+    name their platform; the first command of both fails at once on a runner without the GPUs (run here, on this
+    CPU-only machine, the gate exits 1 with its message)."""
+    gl = yaml.safe_load((GOLD / FILES["gitlab"]).read_text())
+    gpu_job = gl[".envkit-gpu"]
+    assert "services" not in gpu_job and gpu_job["variables"] == {"DOCKER_HOST": "unix:///var/run/docker.sock"}
+    assert gl[".envkit-build"]["services"] == ["docker:dind"]  # CPU targets keep dind
+    assert gl["envkit-build-gpu-h200"]["parallel"]["matrix"] == [
+        {"TARGET": "h200-cu128", "IMAGE": "registry.corp.example:5000/llm/envkit-h200-cu128:latest", "GPU": "NVIDIA", "GPU_NODE": "/dev/nvidiactl"}]
+    assert 'gpus = "all"' in (GOLD / FILES["gitlab"]).read_text().split("stages:")[0]  # the runner config it needs, said
+    gate = gpu_job["script"][0]
+    env = {**os.environ, "TARGET": "h200-cu128", "GPU": "NVIDIA", "GPU_NODE": "/nonexistent/nvidiactl"}
+    run = subprocess.run(["bash", "-c", gate], capture_output=True, text=True, env=env)
+    assert run.returncode == 1 and "target h200-cu128 needs NVIDIA GPUs, but this runner has no /nonexistent/nvidiactl" in run.stdout
+    assert subprocess.run(["bash", "-c", gate], env={**env, "GPU_NODE": "/dev/null"}).returncode == 0
+    gh = yaml.safe_load((GOLD / FILES["github"]).read_text())
+    steps = gh["jobs"]["build"]["steps"]
+    assert steps[0]["name"] == "the runner's GPUs" and steps[0]["if"] == "matrix.gpu != ''"
+    rows = {i["target"]: i.get("gpu") for i in gh["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    assert rows == {"cpu-demo": None, "a6000-cu118": "cuda", "h200-cu128": "cuda"}
+    gh_gate = steps[0]["run"].replace("${{ matrix.gpu_node }}", "/nonexistent/kfd").replace("${{ matrix.target }}", "mi300x") \
+        .replace("${{ matrix.gpu }}", "rocm")
+    run = subprocess.run(["bash", "-c", gh_gate], capture_output=True, text=True, env={**os.environ, "RUNNER_NAME": "ubuntu-1"})
+    assert run.returncode == 1 and "::error::target mi300x needs rocm GPUs, but runner ubuntu-1 has no /nonexistent/kfd" in run.stdout
+
+
+def test_runner_label_lists_become_runs_on_lists_and_tags(tmp_path):
+    project = _write(tmp_path, "[ci]\n" + f'envkit = "{VCS}"\n' + 'gpu_runner = ["self-hosted", "linux", "gpu"]\n' + CPU + H100)
+    gh = yaml.safe_load(_text(project, "github"))
+    jsonschema.validate(gh, GITHUB_SCHEMA)
+    assert {i["target"]: i["runner"] for i in gh["jobs"]["build"]["strategy"]["matrix"]["include"]} == {
+        "cpu": "ubuntu-latest", "h100": ["self-hosted", "linux", "gpu"]}
+    gl = yaml.safe_load(_text(project, "gitlab"))
+    jsonschema.validate(gl, GITLAB_SCHEMA)
+    assert gl["envkit-build-self-hosted-linux-gpu"]["tags"] == ["self-hosted", "linux", "gpu"]
 
 
 def test_an_invalid_workflow_is_caught_by_the_schema():
@@ -252,7 +292,9 @@ BAD_CI = [
     (f'envkit = "{DISTRIBUTION} @ git+https://alice:tok3n@git.example/envkit.git@v0.1.0"', "carries a login"),
     (f'envkit = "{DISTRIBUTION} @ git+https://ghp_tok3n@git.example/envkit.git@v0.1.0"', "carries a login"),
     ('runner = "self hosted"', "not a runner label"),
-    ('gpu_runner = ["a", "b"]', "not a runner label"),
+    ('gpu_runner = ["a", "a"]', "names a label twice"),
+    ('gpu_runner = []', "is not one runner label or a list"),
+    ('gpu_runner = ["gpu", "-x"]', "not a runner label"),
     ('gpu = "H100"', "unknown key `gpu` in [ci]"),
 ]
 
@@ -399,7 +441,7 @@ def test_bad_project_files_name_the_problem(text, needle):
 
 def test_the_golden_project_file_loads():
     p = load(PROJECT)
-    assert p.ci.envkit.text == GOLDEN_VCS and p.ci.gpu_runner == "gpu" and p.target("h200-cu128").runner == "gpu-h200"
+    assert p.ci.envkit.text == GOLDEN_VCS and p.ci.gpu_runner == ("gpu",) and p.target("h200-cu128").runner == ("gpu-h200",)
     assert __version__  # the version the wheel test of tests/integration compares against
 
 

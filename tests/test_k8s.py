@@ -244,6 +244,20 @@ def test_the_vendor_comes_from_the_solution_when_the_caller_has_it_else_from_the
     assert "hygon.com/dcu: 1" in export_core.k8s(Project("envkit.toml", (dtk,)), ["k100"])
 
 
+def test_a_dtk_self_test_job_mounts_the_hosts_hyhal_read_only_from_dtk_23_10():
+    """newcomer review 3, D4: the k8s Job of a DTK 24.04 target did not mount /opt/hyhal, which its image loads the
+    driver's libraries from; DTK 23.04 images need none."""
+    def job(dtk: str) -> dict:
+        t = Target("k100", (("gpu", "K100"), ("dtk", dtk)), True, None, "envkit/envkit-k100:latest")
+        return yaml.safe_load(export_core.k8s(Project("envkit.toml", (t,)), {"k100": "dtk"}).split("\n", 1)[1])
+
+    spec = job("24.04")["spec"]["template"]["spec"]
+    assert {"name": "hyhal", "mountPath": "/opt/hyhal", "readOnly": True} in spec["containers"][0]["volumeMounts"]
+    assert {"name": "hyhal", "hostPath": {"path": "/opt/hyhal", "type": "Directory"}} in spec["volumes"]
+    old = job("23.04")["spec"]["template"]["spec"]
+    assert [v["name"] for v in old["volumes"]] == ["dshm"]
+
+
 # ---------------------------------------------------------------- bad input: one line, exit 2
 
 CPU = '[[target]]\nname = "cpu"\nplatform = "cpu"\ntorch = "2.13.0"\noffline = true\n'

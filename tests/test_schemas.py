@@ -35,7 +35,7 @@ EXPORT_PROJECT = ROOT / "tests" / "golden" / "export" / "envkit.toml"
 
 # The schema of each document (the docs/json-schemas.md table); site and project describe TOML files.
 DOCUMENTS = {"resolve", "generate", "plan", "lock", "solution", "bundle", "manifest", "build", "selftest", "sweep", "doctor",
-             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show", "serve", "push", "compare"}
+             "facts", "inspect", "matrix-check", "matrix-refresh", "matrix-export", "error", "matrix-show", "serve", "push", "compare", "run-plan"}
 USER_FILES = {"site", "project"}
 WITHOUT_VERSION_KEY = {"solution", "site", "project"}  # the solution sits inside versioned documents; the TOML files have none
 
@@ -528,6 +528,32 @@ def test_selftest_with_image_sample():
     refused({**doc, "gpus_passed": "yes"}, "selftest", "gpus_passed as a string")
 
 
+@pytest.mark.parametrize("platform, host", [
+    ("cuda", {"nvidia_nodes": ("/dev/nvidiactl",), "nvidia_runtime": True}), ("cuda", {}),
+    ("rocm", {"kfd": True, "dri": ("/dev/dri/renderD128",), "render_gids": (109,)}),
+    ("dtk", {"kfd": True, "mkfd": True, "hyhal": True, "dri": ("/dev/dri/renderD128",)}), ("cpu", {}), (None, {})])
+def test_run_plan_documents_for_every_vendor(platform, host):
+    """--dry-run of selftest --image, doctor --image and serve; and the selftest document of a GPU image that carries
+    its target, the GPUs it saw and its container."""
+    from envkit.app.containers import PlannedRun
+    from envkit.core.devices import container
+    from envkit.inimage import selftest as script
+    from envkit.model.container import DeviceHost
+
+    spec = container("img:1", ["python", "/opt/envkit/selftest.py", "--json"], platform, DeviceHost(**host), dtk="24.04")
+    sol = {"platform": platform, "gpu": {"name": "X", "arch": "gfx942" if platform in ("rocm", "dtk") else "sm_90"},
+           "torch": {"pin": "2.11.0", "archs": ["gfx942"] if platform in ("rocm", "dtk") else ["9.0"]}}
+    target = script.built_for(sol)
+    strict(PlannedRun("envkit selftest --image", spec, target).to_json(), "run-plan")
+    refused({**PlannedRun("envkit serve", spec, target).to_json(), "for": "envkit build"}, "run-plan", "another command")
+    doc = json.loads((ROOT / "docs" / "gpu" / "selftest-2026-11-30" / "quick.json").read_text())
+    if target is not None:
+        seen = {"backend": "hip" if platform in ("rocm", "dtk") else "cuda", "devices": [], "nodes": []}
+        check = script.target_check(target, seen)
+        strict({**doc, "target": target, "gpus": seen, "checks": [*doc["checks"], check], "ok": False,
+                "gpus_passed": False, "container": spec.to_json()}, "selftest")
+
+
 # ---------------------------------------------------------------- the user files: SITE.toml and envkit.toml
 
 def _readme_block(marker: str) -> str:
@@ -709,6 +735,7 @@ EXERCISED_BY = {
     "project": ["test_project_schema_accepts_every_project_file", "test_project_schema_refuses_what_the_parser_refuses"],
     "serve": ["test_serve_and_push_documents_of_their_outcomes"],
     "push": ["test_serve_and_push_documents_of_their_outcomes"],
+    "run-plan": ["test_run_plan_documents_for_every_vendor"],
 }
 RAN: set[str] = set()
 

@@ -79,8 +79,19 @@ _path_string = text(r"(?s).*", "must be a path string", 'write {key} = "SITE.tom
 _registry = text(r"[a-z0-9][a-z0-9._:/-]*", "{value} is not an image name prefix", 'write registry = "registry.corp:5000/llm"')
 _tag = text(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "{value} is not a valid image tag", "letters, digits, . _ - (at most 128)")
 
-_runner = text(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}", "{value} is not a runner label",
-               "letters, digits, . _ : - (at most 100), e.g. {key} = \"gpu-h200\"")
+_runner_label = text(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}", "{value} is not a runner label",
+                     "letters, digits, . _ : - (at most 100), e.g. {key} = \"gpu-h200\" or {key} = [\"self-hosted\", \"gpu\"]")
+
+
+def _runner(value: Any) -> tuple[str, ...]:
+    """One runner label, or a list of them (a GitHub job runs on a runner that has every label; a GitLab job's tags)."""
+    labels = value if isinstance(value, list) else [value]
+    if not labels or len(labels) > 16:
+        raise Invalid(f"{_shown(value)} is not one runner label or a list of 1 to 16", 'write {key} = ["self-hosted", "gpu"]')
+    out = tuple(_runner_label(label) for label in labels)
+    if len(set(out)) != len(out):
+        raise Invalid(f"{_shown(value)} names a label twice", "name each label once")
+    return out
 # a full commit id (SHA-1 or SHA-256), or a tag that is a version (v1.2.3, 1.2.3rc1)
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _ENVKIT_FIX = ('write envkit = "ci/envkit_gpu-X.Y.Z-py3-none-any.whl" (a wheel committed beside the project file) '

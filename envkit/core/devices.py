@@ -31,7 +31,7 @@ def vendor_for(platform: Optional[str], host: DeviceHost) -> Optional[str]:
     return found[0] if len(found) == 1 else None
 
 
-def _dtk_needs_hyhal(dtk: Optional[str]) -> bool:
+def dtk_needs_hyhal(dtk: Optional[str]) -> bool:
     try:
         return dtk is None or Version(dtk) >= HYHAL_FROM
     except InvalidVersion:
@@ -93,7 +93,7 @@ def _kfd(vendor: str, host: DeviceHost, dtk: Optional[str]) -> GpuAccess:
         if host.hyhal:
             binds = ((HYHAL, HYHAL),)
             why.append(f"-v {HYHAL}:{HYHAL}:ro: the driver's libraries, which DTK images load from the host")
-        elif _dtk_needs_hyhal(dtk):
+        elif dtk_needs_hyhal(dtk):
             missing = f"this host has no {HYHAL}, which DTK {dtk or ''} images load the driver's libraries from".replace("  ", " ")
     return GpuAccess(vendor, wanted=True, devices=tuple(devices), group_add=groups, security_opt=(ROCM_SECCOMP,),
                      binds=binds, missing=missing, why=tuple(why))

@@ -8,6 +8,7 @@ parses back to the same values. The CI jobs install envkit as the project file's
 whose sha256 the job checks first, or a VCS URL at a tag or commit), never by the name `envkit`."""
 from __future__ import annotations
 
+import copy
 import json
 import posixpath
 import shlex
@@ -69,11 +70,19 @@ def install_commands(install: Install) -> list[str]:
     return [f"python -m pip install {shlex.quote(install.text)}"]
 
 
-def runners(p: Project, gpu_targets: Collection[str]) -> dict[str, Optional[str]]:
-    """Each target's runner label: its own `runner`, else [ci] gpu_runner for a GPU target and [ci] runner
+Labels = tuple[str, ...]
+GPU_NODE = {"cuda": "/dev/nvidiactl", "rocm": "/dev/kfd", "dtk": "/dev/kfd"}  # present where the vendor's driver is loaded
+VENDOR = {"cuda": "NVIDIA", "rocm": "AMD", "dtk": "Hygon"}
+GITLAB_GPU_RUNNER = ('GitLab GPU jobs run on a docker-executor runner with the GPUs and the host\'s engine: in its config.toml '
+                     '[runners.docker] gpus = "all" and volumes = ["/var/run/docker.sock:/var/run/docker.sock"] (a shell '
+                     'executor on the GPU host works too); the jobs use no docker:dind, which cannot pass GPUs on.')
+
+
+def runners(p: Project, gpu_targets: Collection[str]) -> dict[str, Optional[Labels]]:
+    """Each target's runner labels: its own `runner`, else [ci] gpu_runner for a GPU target and [ci] runner
     for a CPU one (None: the CI system's default). A GPU target with no label is refused: on the CI system's
     default runner its self-test would find no GPU."""
-    out: dict[str, Optional[str]] = {}
+    out: dict[str, Optional[Labels]] = {}
     missing = []
     for t in p.targets:
         gpu = t.name in gpu_targets
@@ -103,59 +112,83 @@ def _commands(project_path: str, target: str, image: str) -> list[str]:
             f"envkit inspect {image} --junit doctor-{target}.xml"]
 
 
-def github(p: Project, install: Install, labels: Mapping[str, Optional[str]]) -> dict[str, Any]:
-    include = [{"target": t.name, "image": t.image, "runner": labels.get(t.name) or GITHUB_DEFAULT_RUNNER} for t in p.targets]
+def _runs_on(labels: Optional[Labels]) -> Union[str, list[str]]:
+    if not labels:
+        return GITHUB_DEFAULT_RUNNER
+    return labels[0] if len(labels) == 1 else list(labels)
+
+
+def github(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
+    """One matrix job; a GPU target's row names its platform, and its first step fails on a runner without the GPUs."""
+    include = [{"target": t.name, "image": t.image, "runner": _runs_on(labels.get(t.name)),
+                **({"gpu": gpu[t.name], "gpu_node": GPU_NODE[gpu[t.name]]} if t.name in gpu else {})} for t in p.targets]
+    steps: list[dict[str, Any]] = []
+    if gpu:
+        steps.append({"name": "the runner's GPUs", "if": "matrix.gpu != ''",
+                      "run": "test -e \"${{ matrix.gpu_node }}\" || { echo \"::error::target ${{ matrix.target }} needs "
+                             "${{ matrix.gpu }} GPUs, but runner $RUNNER_NAME has no ${{ matrix.gpu_node }}: run it on a "
+                             "self-hosted runner with them ([ci] gpu_runner)\"; exit 1; }\n"})
+    steps += [
+        {"uses": "actions/checkout@v4"},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
+        {"name": f"install envkit ({DISTRIBUTION})", "run": "\n".join(install_commands(install)) + "\n"},
+        {"name": "build, self-test, doctor", "run": "\n".join(_commands(p.path, "${{ matrix.target }}", "${{ matrix.image }}")) + "\n"},
+        {"name": "test results", "if": "always()", "uses": "actions/upload-artifact@v4",
+         "with": {"name": "envkit-${{ matrix.target }}", "path": "*-${{ matrix.target }}.xml\nenvkit-build-${{ matrix.target }}.json"}},
+    ]
     return {
         "name": "envkit images",
         "on": {"push": {"branches": ["main"]}, "workflow_dispatch": {}},
-        "jobs": {
-            "build": {
-                "name": "build ${{ matrix.target }}",
-                "runs-on": "${{ matrix.runner }}",
-                "strategy": {"fail-fast": False, "matrix": {"include": include}},
-                "steps": [
-                    {"uses": "actions/checkout@v4"},
-                    {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
-                    {"name": f"install envkit ({DISTRIBUTION})", "run": "\n".join(install_commands(install)) + "\n"},
-                    {"name": "build, self-test, doctor",
-                     "run": "\n".join(_commands(p.path, "${{ matrix.target }}", "${{ matrix.image }}")) + "\n"},
-                    {"name": "test results", "if": "always()", "uses": "actions/upload-artifact@v4",
-                     "with": {"name": "envkit-${{ matrix.target }}", "path": "*-${{ matrix.target }}.xml\nenvkit-build-${{ matrix.target }}.json"}},
-                ],
-            }
-        },
+        "jobs": {"build": {"name": "build ${{ matrix.target }}", "runs-on": "${{ matrix.runner }}",
+                           "strategy": {"fail-fast": False, "matrix": {"include": include}}, "steps": steps}},
     }
 
 
-def _groups(p: Project, labels: Mapping[str, Optional[str]]) -> list[tuple[Optional[str], list[Target]]]:
-    """The targets by runner label, in the order the labels first appear."""
-    groups: dict[Optional[str], list[Target]] = {}
+def _groups(p: Project, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> list[tuple[Optional[Labels], Optional[str], list[Target]]]:
+    """The targets by (runner labels, GPU platform), in the order they first appear."""
+    groups: dict[tuple[Optional[Labels], Optional[str]], list[Target]] = {}
     for t in p.targets:
-        groups.setdefault(labels.get(t.name), []).append(t)
-    return list(groups.items())
+        groups.setdefault((labels.get(t.name), gpu.get(t.name)), []).append(t)
+    return [(k[0], k[1], v) for k, v in groups.items()]
 
 
-def gitlab(p: Project, install: Install, labels: Mapping[str, Optional[str]]) -> dict[str, Any]:
+def gitlab(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
     """One hidden job with the steps, and one `parallel:matrix` job per runner label that extends it (`tags:` the
-    label; the targets without one run untagged, on the shared runners)."""
-    doc: dict[str, Any] = {
-        "stages": ["build"],
-        ".envkit-build": {
+    labels; the targets without one run untagged, on the shared runners). CPU targets build in docker:dind; GPU
+    targets on their runner's own engine (GITLAB_GPU_RUNNER), each job's first command the GPU gate."""
+    artifacts = {"when": "always", "reports": {"junit": ["selftest-$TARGET.xml", "doctor-$TARGET.xml"]},
+                 "paths": ["envkit-build-$TARGET.json"]}
+    doc: dict[str, Any] = {"stages": ["build"]}
+    if any(t.name not in gpu for t in p.targets):
+        doc[".envkit-build"] = {
             "stage": "build",
             "image": "docker.io/library/python:3.11",
             "services": ["docker:dind"],
             "variables": {"DOCKER_HOST": "tcp://docker:2375", "DOCKER_TLS_CERTDIR": ""},
             "script": [*install_commands(install), *_commands(p.path, "$TARGET", "$IMAGE")],
-            "artifacts": {"when": "always", "reports": {"junit": ["selftest-$TARGET.xml", "doctor-$TARGET.xml"]},
-                          "paths": ["envkit-build-$TARGET.json"]},
-        },
-    }
-    for label, targets in _groups(p, labels):
-        job: dict[str, Any] = {"extends": ".envkit-build"}
+            "artifacts": copy.deepcopy(artifacts),
+        }
+    if gpu:
+        doc[".envkit-gpu"] = {
+            "stage": "build",
+            "image": "docker.io/library/python:3.11",
+            "variables": {"DOCKER_HOST": "unix:///var/run/docker.sock"},
+            "script": ['test -e "$GPU_NODE" || { echo "target $TARGET needs $GPU GPUs, but this runner has no $GPU_NODE: '
+                       'run it on a GPU runner ([ci] gpu_runner) whose config.toml has gpus = all"; exit 1; }',
+                       *install_commands(install), *_commands(p.path, "$TARGET", "$IMAGE")],
+            "artifacts": copy.deepcopy(artifacts),
+        }
+    groups = _groups(p, labels, gpu)
+    for label, platform, targets in groups:
+        job: dict[str, Any] = {"extends": ".envkit-gpu" if platform else ".envkit-build"}
         if label is not None:
-            job["tags"] = [label]
-        job["parallel"] = {"matrix": [{"TARGET": t.name, "IMAGE": t.image} for t in targets]}
-        doc["envkit-build" if label is None else f"envkit-build-{label}"] = job
+            job["tags"] = list(label)
+        job["parallel"] = {"matrix": [{"TARGET": t.name, "IMAGE": t.image,
+                                       **({"GPU": VENDOR[platform], "GPU_NODE": GPU_NODE[platform]} if platform else {})}
+                                      for t in targets]}
+        name = "envkit-build" if label is None else f"envkit-build-{'-'.join(label)}"
+        shared = sum(1 for other, _, _ in groups if other == label) > 1  # CPU and GPU targets on the same runner
+        doc[f"{name}-{platform or 'cpu'}" if shared else name] = job
     return doc
 
 
@@ -218,5 +251,19 @@ def export(p: Project, fmt: str, contexts: str = "envkit-contexts", install: Opt
         raise missing_install(p)
     check_text("[ci] envkit", install.path if isinstance(install, WheelInstall) else install.text)
     labels = runners(p, gpu_targets)
+    gpu = dict(gpu_targets) if isinstance(gpu_targets, Mapping) else {name: "cuda" for name in gpu_targets}
     header = f"# Generated by envkit matrix export --format {fmt}; regenerate, do not edit.\n"
-    return header + yaml_dump(github(p, install, labels) if fmt == "github" else gitlab(p, install, labels))
+    if fmt == "gitlab" and gpu:
+        header += "".join(f"# {line}\n" for line in _wrap(GITLAB_GPU_RUNNER))
+    return header + yaml_dump(github(p, install, labels, gpu) if fmt == "github" else gitlab(p, install, labels, gpu))
+
+
+def _wrap(text: str, width: int = 110) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return lines + ([line] if line else [])

@@ -21,6 +21,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any, Optional
 
+from envkit.core import devices
 from envkit.errors import InputError
 from envkit.model.project import K8sSettings, Project, Target, Toleration
 
@@ -169,7 +170,16 @@ def _resources(platform: str, gpus: int) -> dict[str, Any]:
     return {"limits": {GPU_RESOURCE[platform]: gpus}} if platform != "cpu" else {}
 
 
+def _hyhal(t: Target, platform: str) -> Optional[tuple[dict[str, Any], dict[str, Any]]]:
+    """Hygon's driver libraries, which DTK images from 23.10 on load from the host's /opt/hyhal (core/devices.py)."""
+    if platform != "dtk" or not devices.dtk_needs_hyhal(t.flag_dict().get("dtk")):
+        return None
+    return ({"name": "hyhal", "mountPath": devices.HYHAL, "readOnly": True},
+            {"name": "hyhal", "hostPath": {"path": devices.HYHAL, "type": "Directory"}})
+
+
 def selftest_job(t: Target, platform: str, k: K8sSettings, gpus: int) -> dict[str, Any]:
+    """The image's self-test as a Job: it fails (exit 1) where the pod has not the GPUs the image's solution names."""
     name = k8s_name(t.name, SELFTEST_SUFFIX)
     labels = _labels(t, name, "selftest")
     mount, volume = _shm(k)
@@ -179,6 +189,11 @@ def selftest_job(t: Target, platform: str, k: K8sSettings, gpus: int) -> dict[st
     if resources:
         container["resources"] = resources
     container["volumeMounts"] = [mount]
+    hyhal = _hyhal(t, platform)
+    volumes = [volume]
+    if hyhal is not None:
+        container["volumeMounts"].append(hyhal[0])
+        volumes.append(hyhal[1])
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -187,7 +202,7 @@ def selftest_job(t: Target, platform: str, k: K8sSettings, gpus: int) -> dict[st
             "backoffLimit": 0,
             "activeDeadlineSeconds": JOB_DEADLINE_S,
             "ttlSecondsAfterFinished": JOB_TTL_S,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(k, container, [volume], "Never")},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(k, container, volumes, "Never")},
         },
     }
 

@@ -54,7 +54,7 @@ class Target:
     offline: bool
     mirror: Optional[str]
     image: str
-    runner: Optional[str] = None  # the CI runner label of this target's job ([[target]] runner)
+    runner: Optional[tuple[str, ...]] = None  # the CI runner labels of this target's job ([[target]] runner)
     serve: Optional["ServeTarget"] = None  # a serving image ([[target]] serve = "MODEL_DIR" and its keys)
     k8s: K8sSettings = K8sSettings()  # [target.k8s]: over the file's [k8s]
 
@@ -86,8 +86,8 @@ class CiSettings:
     """[ci]: what the exported workflows install, and where their jobs run. `runner` None: the CI system's
     default (GitHub: ubuntu-latest; GitLab: no tags, so its shared runners)."""
     envkit: Optional[EnvkitRequirement] = None
-    runner: Optional[str] = None
-    gpu_runner: Optional[str] = None
+    runner: Optional[tuple[str, ...]] = None
+    gpu_runner: Optional[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,31 @@ def test_inspect_reads_the_solution_back_from_the_image(cuda_build):
     assert sol["torch"]["pin"] == "2.11.0+cu130" and sol["toolkit"]["release"] == "13.0.1"
     assert sol["flash_attn"] is None
     assert [(k["name"], k["flash_attn_sdist"], k["arch_list"]) for k in sol["kernels"]] == [("rotary", "2.7.4.post1", ["9.0"])]
+
+
+def test_the_gpu_images_selftest_fails_on_this_cpu_only_machine_with_the_fix(cuda_build):
+    """Issue 25: a GPU image's self-test passed where no GPU was visible (newcomer review 3, D7). On this machine, which
+    has no GPU, the H200 image's own script fails its target check and envkit says why the GPUs were not passed, exit 1;
+    --allow-cpu is the only pass, and says what it did not test. The same image's self-test passed on the H200
+    (docs/gpu-truth-h200.md)."""
+    p = envkit("selftest", "--image", TAG, "--quick", "--json", timeout=900)
+    assert p.returncode == 1, p.stderr[-2000:]
+    doc = valid_json(p.stdout, "selftest")
+    failed = {c["name"]: c["detail"] for c in doc["checks"] if not c["ok"]}
+    assert set(failed) == {"GPU the image was built for", "GPUs passed into the container"}, failed
+    assert failed["GPU the image was built for"].startswith("built for H200 (sm_90), cuda 13.0, but no GPU device is in the container")
+    assert "--allow-cpu" in failed["GPU the image was built for"]
+    assert "this host has no NVIDIA GPU (/dev/nvidiactl is missing)" in failed["GPUs passed into the container"]
+    assert doc["target"]["parts"] == {"torch": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"], "csrc rotary": ["9.0"]}
+    assert doc["gpus"]["devices"] == [] and doc["gpus_passed"] is False
+    allowed = envkit("selftest", "--image", TAG, "--quick", "--allow-cpu", "--json", timeout=900)
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    check = next(c for c in valid_json(allowed.stdout, "selftest")["checks"] if c["name"] == "GPU the image was built for")
+    assert check["ok"] and check["allowed_cpu"] and "only its CPU path was tested" in check["detail"]
+    plan = envkit("selftest", "--image", TAG, "--dry-run", "--json")
+    assert plan.returncode == 0, plan.stderr
+    planned = valid_json(plan.stdout, "run-plan")
+    assert planned["container"]["gpu"]["missing"].startswith("this host has no NVIDIA GPU") and planned["expects"]["gpu"] == "H200"
+    d = envkit("doctor", "--image", TAG, "--json")
+    assert d.returncode == 1, d.stderr
+    assert [f["rule"] for f in valid_json(d.stdout, "doctor")["findings"] if f["severity"] == "error"] == ["image.no-gpu"]

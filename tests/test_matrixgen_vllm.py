@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import pytest
 
+from envkit.matrixgen import derive_vllm as dv
 from envkit.matrixgen import vllm_source as v
 
 CMAKE = textwrap.dedent("""\
@@ -404,3 +405,49 @@ def test_derive_setup_py_arch_sets_when_no_cmake():
 def test_wheel_python(rp, wheels, expected):
     py, tag, _note = v.wheel_python(rp, wheels)
     assert (py, tag) == expected
+
+
+# ---------------------------------------------------------------- Linux aarch64 wheels (from the extract's `files`)
+
+def _file(name: str, yanked: bool = False) -> dict[str, Any]:
+    return {"filename": name, "sha256": "cd" * 32, "size": 1, "upload_time": "2026-05-01T00:00:00Z",
+            "url": f"https://files.example/{name}", "yanked": yanked}
+
+
+def test_linux_wheels_by_machine_highest_build_tag_first():
+    files = [_file("vllm-0.20.1-cp38-abi3-manylinux_2_35_aarch64.whl"), _file("vllm-0.20.1-1-cp38-abi3-manylinux_2_35_aarch64.whl"),
+             _file("vllm-0.20.1-cp38-abi3-manylinux_2_35_x86_64.whl"), _file("vllm-0.20.1.tar.gz"),
+             _file("vllm-0.20.1-cp38-abi3-macosx_11_0_arm64.whl"), _file("vllm-0.20.1-2-cp38-abi3-manylinux_2_35_aarch64.whl", yanked=True)]
+    assert [f["filename"] for f in dv.linux_wheels(files, "aarch64")] == \
+        ["vllm-0.20.1-1-cp38-abi3-manylinux_2_35_aarch64.whl", "vllm-0.20.1-cp38-abi3-manylinux_2_35_aarch64.whl"]
+    assert [f["filename"] for f in dv.linux_wheels(files, "x86_64")] == ["vllm-0.20.1-cp38-abi3-manylinux_2_35_x86_64.whl"]
+    names, cites = dv.aarch64_wheels({"files": files})
+    assert names[0].startswith("vllm-0.20.1-1-") and cites[0] == f"https://files.example/{names[0]}#sha256={'cd' * 32}"
+    assert dv.aarch64_wheels(None) == ([], [])
+
+
+def _derived_row(files: list[dict[str, Any]]) -> dict[str, Any]:
+    e = _extract("0.11.0", torch=["torch==2.8.0"], cmake=PLAIN_CMAKE, main_cuda="12.8")
+    e["files"] = files
+    (r,) = v.derive([e])
+    row = dv.derive_row(r, {}, e)
+    assert row is not None
+    return row
+
+
+def test_derive_row_machines_from_the_pypi_files():
+    x86 = _file("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl")
+    arm = _file("vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl")
+    row = _derived_row([x86, arm, _file("vllm-0.11.0.tar.gz")])
+    assert row["machines"] == ["x86_64", "aarch64"]
+    assert row["aarch64_wheels"] == [arm["filename"]]
+    assert row["aarch64_source"] == f"{arm['url']}#sha256={arm['sha256']}"
+    assert row["wheels"] == [x86["filename"]]  # the x86_64 wheels, unchanged
+    assert list(row)[-1] == "source"
+
+
+def test_derive_row_without_aarch64_wheel_or_with_a_yanked_one():
+    x86 = _file("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl")
+    for files in ([x86], [x86, _file("vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", yanked=True)]):
+        row = _derived_row(files)
+        assert row["machines"] == ["x86_64"] and "aarch64_wheels" not in row and "aarch64_source" not in row

@@ -8,12 +8,22 @@ the release's build matrix (variants.json), each with the arch list the release'
 arch list no source states is still listed (it exists) without `archs`; the resolver will not put
 a GPU on it. The ABI of a non-PyPI variant comes from maintainers' statements (abi.json), else it
 is taken as the PyPI build's and the row is marked inferred.
+
+Each variant also says which CPU architectures it has Linux wheels for (`machines`): x86_64 (every
+source above is of the x86_64 builds), and aarch64 where PyPI's own aarch64 wheel of the release is
+that build (measured: its torch/version.py `cuda` and local version, cross-checked with the CUDA
+runtime its METADATA requires on Linux aarch64; then `aarch64_pypi`, the Pythons of PyPI's aarch64
+wheels `aarch64_python`, the measured `aarch64_cxx11abi` and, for a CUDA build, `aarch64_archs`), or where the release's build matrix lists the variant for linux-aarch64
+(variants.json `linux_aarch64`). `aarch64_source` names the wheel or the matrix lines.
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
 
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 _VERSION_FILE = re.compile(r"\d+\.\d+\.\d+\.json")
@@ -79,8 +89,113 @@ def _pypi(ext: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _python(ext: dict[str, Any]) -> str:
-    minors = sorted({int(m.group(1)) for f in ext["linux_x86_64_wheels"] for t in f["abi_tags"]
+def _linux_aarch64_env(python: str) -> dict[str, str]:
+    """The marker environment of CPython `python` on Linux aarch64."""
+    return {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "python_version": python, "python_full_version": f"{python}.0", "extra": ""}
+
+
+def _applies(marker: Optional[Marker], env: dict[str, str]) -> bool:
+    return marker is None or marker.evaluate(env)
+
+
+def runtime_cuda(requires_dist: list[str], python: str) -> tuple[Optional[str], list[str]]:
+    """(CUDA major.minor, the lines) of the CUDA runtime a wheel's METADATA requires on Linux aarch64: the
+    `==` pin of nvidia-cuda-runtime[-cuNN] or of cuda-toolkit[...] (2.11 on), among the lines whose marker
+    holds there. (None, []) when none does: a CPU build."""
+    env = _linux_aarch64_env(python)
+    found: dict[str, list[str]] = {}
+    for line in requires_dist:
+        req = Requirement(line)
+        if not re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?|cuda-toolkit", req.name) or not _applies(req.marker, env):
+            continue
+        pins = [sp.version for sp in req.specifier if sp.operator == "=="]
+        if len(pins) != 1:
+            raise DeriveError(f"{line!r}: the CUDA runtime is not pinned with one ==")
+        rel = Version(pins[0]).release
+        found.setdefault(f"{rel[0]}.{rel[1]}", []).append(line)
+    if len(found) > 1:
+        raise DeriveError(f"the METADATA requires CUDA runtimes {sorted(found)} on Linux aarch64")
+    return next(iter(found.items()), (None, []))
+
+
+def _aarch64_pypi(ext: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """PyPI's Linux aarch64 build of the release, as measured (None when PyPI has no aarch64 wheel)."""
+    measured = ext.get("linux_aarch64_measured") or []
+    if not measured:
+        return None
+    builds = []
+    for m in measured:
+        vpy = m["version_py"]
+        if vpy.get("hip") or vpy.get("rocm"):
+            raise DeriveError(f"torch {ext['version']}: the aarch64 wheel {m['wheel']['filename']} is a ROCm build")
+        tags = parse_wheel_filename(m["wheel"]["filename"])[3]
+        cp = {t.interpreter for t in tags}
+        if len(cp) != 1 or not (mm := re.fullmatch(r"cp3(\d+)", cp.pop())):
+            raise DeriveError(f"torch {ext['version']}: {m['wheel']['filename']} is not one CPython's wheel")
+        cuda, lines = runtime_cuda(m["metadata"]["requires_dist_cuda"], f"3.{mm.group(1)}")
+        said = vpy.get("cuda")
+        if (said is None) != (cuda is None) or (said is not None and Version(said).release[:2] != Version(str(cuda)).release[:2]):
+            raise DeriveError(f"torch {ext['version']}: {m['wheel']['filename']}: version.py says cuda {said!r}, its METADATA "
+                              f"requires the CUDA {cuda} runtime on Linux aarch64")
+        flags = m["arch_flags"]["strings"]
+        archs = None
+        if said is not None:
+            if len(flags) != 1:
+                raise DeriveError(f"torch {ext['version']}: {len(flags)} arch-flag strings in the aarch64 wheel, expected 1")
+            tokens = flags[0].split()
+            if any(t.startswith("compute_") for t in tokens):
+                raise DeriveError(f"torch {ext['version']}: the aarch64 wheel carries PTX ({flags[0]}); aarch64 PTX is not modelled")
+            archs = cuda_archs(tokens)
+        elif flags:
+            raise DeriveError(f"torch {ext['version']}: the aarch64 CPU wheel carries CUDA arch flags {flags}")
+        builds.append({"cuda": said, "local": vpy["__version__"].split("+", 1)[1] if "+" in vpy["__version__"] else None,
+                       "archs": archs, "abi": m["cxx11abi"]["value"], "citation": m["wheel"]["citation"], "requires": lines})
+    first = builds[0]
+    if any((b["cuda"], b["local"], b["archs"], b["abi"]) != (first["cuda"], first["local"], first["archs"], first["abi"])
+           for b in builds[1:]):
+        raise DeriveError(f"torch {ext['version']}: its aarch64 wheels of different build tags are different builds")
+    return {**first, "python": _python(ext, "linux_aarch64_wheels")}
+
+
+def _aarch64_index(listing: Optional[dict[str, Any]]) -> tuple[set[str], Optional[str]]:
+    """The variant names the release's build matrix lists for linux-aarch64, and the URL of those lines."""
+    al = (listing or {}).get("linux_aarch64") or {}
+    if al.get("status") != "verified":
+        return set(), None
+    return {v["name"] for v in al["variants"]}, al["evidence"]["url_at_commit"]
+
+
+def _machines(row: dict[str, Any], name: str, a64: Optional[dict[str, Any]], index: tuple[set[str], Optional[str]]) -> bool:
+    """Add the row's machines (and its aarch64 facts); True when PyPI's aarch64 wheel is this build."""
+    sources: list[str] = []
+    on_pypi = a64 is not None and (
+        (a64["cuda"] is None and name == "cpu" and a64["local"] in (None, "cpu"))
+        or (a64["cuda"] is not None and row.get("cuda") is not None and a64["local"] == name
+            and Version(row["cuda"]).release[:2] == Version(a64["cuda"]).release[:2]))
+    if on_pypi:
+        assert a64 is not None
+        sources.append(a64["citation"])
+    names, url = index
+    if name in names and url is not None:
+        sources.append(url)
+    row["machines"] = ["x86_64", "aarch64"] if sources else ["x86_64"]
+    if on_pypi:
+        assert a64 is not None
+        row["aarch64_pypi"] = True
+        row["aarch64_python"] = a64["python"]
+        if a64["archs"] is not None:
+            row["aarch64_archs"] = a64["archs"]
+        if a64["abi"] is not None:
+            row["aarch64_cxx11abi"] = bool(a64["abi"])
+    if sources:
+        row["aarch64_source"] = "; ".join(sources)
+    return on_pypi
+
+
+def _python(ext: dict[str, Any], wheels: str = "linux_x86_64_wheels") -> str:
+    minors = sorted({int(m.group(1)) for f in ext[wheels] for t in f["abi_tags"]
                      if (m := re.fullmatch(r"cp3(\d+)m?", t))})
     if not minors:
         raise DeriveError(f"torch {ext['version']}: no CPython wheel tags")
@@ -93,6 +208,9 @@ def _python(ext: dict[str, Any]) -> str:
 def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes: dict[str, Any], abi: dict[str, Any]) -> dict[str, Any]:
     version = ext["version"]
     pypi = _pypi(ext)
+    a64 = _aarch64_pypi(ext)
+    index = _aarch64_index(listing)
+    a64_matched = False
     variants: list[dict[str, Any]] = []
     seen: set[str] = set()
     published = listing["variants"] if listing else []
@@ -148,6 +266,7 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
                 row["cxx11abi"] = bool(pypi["abi"])
                 row["cxx11abi_inferred"] = True
                 inferred.append("C++ ABI taken from the release's PyPI build")
+        a64_matched |= _machines(row, name, a64, index)
         if inferred:
             row["confidence"] = "inferred"
             row["note"] = "; ".join(inferred)
@@ -160,11 +279,18 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
         return (0 if "cuda" in r else 1, [-x for x in Version(platform).release])
 
     variants.sort(key=order)
+    cpu = _cpu(version, pypi, abi)
+    a64_matched |= _machines(cpu, "cpu", a64, index)
+    cpu = {k: cpu[k] for k in ("name", "cxx11abi", "cxx11abi_inferred", "machines", "aarch64_pypi", "aarch64_python",
+                               "aarch64_cxx11abi", "aarch64_source", "confidence", "note", "source") if k in cpu}
+    if a64 is not None and not a64_matched:
+        raise DeriveError(f"torch {version}: PyPI's aarch64 wheel ({a64['citation']}) is the "
+                          f"{'+' + a64['local'] if a64['local'] else 'CPU'} build, which no variant of the release is")
     return {
         "versions": [version],
         "python": _python(ext),
         "source": pypi["citation"] + (f"; {listing['listing']['evidence']['url_at_commit']}" if listing and listing.get("listing", {}).get("evidence") else ""),
-        "variants": variants + [_cpu(version, pypi, abi)],
+        "variants": variants + [cpu],
     }
 
 

@@ -5,7 +5,10 @@ and Python range from the wheel's METADATA and tags; the CUDA the PyPI wheel was
 release's envs.py/setup.py default, which setup.py leaves without a +cu suffix); the arch list the
 release pipeline compiled it for (else the CMakeLists.txt branch its CUDA takes); the ROCm archs
 of CMakeLists.txt; and the wheel builds on GitHub releases that the release's own docs or release
-pipeline name (variants.json, from the versioned docs).
+pipeline name (variants.json, from the versioned docs). `machines` says which CPU architectures PyPI
+has a wheel of the release for: x86_64 (the row's wheels), and aarch64 where the extract's `files`
+list a Linux aarch64 wheel that is not yanked (`aarch64_wheels`, cited in `aarch64_source`). The CUDA
+and arch list of an aarch64 wheel are not in the extracts and are not derived.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Any, Optional
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from . import vllm_source
@@ -191,6 +195,28 @@ def _rocm_gpus(r: dict[str, Any], rocm_doc: dict[str, Any]) -> Optional[tuple[li
     return None
 
 
+def linux_wheels(files: list[dict[str, Any]], machine: str) -> list[dict[str, Any]]:
+    """The release's PyPI wheels for Linux on one CPU architecture (a manylinux*/linux* platform tag ending in
+    `_<machine>`), yanked ones left out; the highest build tag first (pip's pick), then by name."""
+    out = []
+    for f in files:
+        if not f["filename"].endswith(".whl") or f.get("yanked"):
+            continue
+        try:
+            _n, _v, build, tags = parse_wheel_filename(f["filename"])
+        except InvalidWheelFilename:
+            continue
+        if any(t.platform.startswith(("manylinux", "linux")) and t.platform.endswith("_" + machine) for t in tags):
+            out.append((-(build[0] if build else 0), f["filename"], f))
+    return [f for *_k, f in sorted(out, key=lambda x: (x[0], x[1]))]
+
+
+def aarch64_wheels(e: Optional[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(filenames, url#sha256 citations) of the release's Linux aarch64 wheels on PyPI."""
+    ws = linux_wheels((e or {}).get("files") or [], "aarch64")
+    return [f["filename"] for f in ws], [f"{f['url']}#sha256={f['sha256']}" for f in ws]
+
+
 def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dict[str, Any]] = None,
                deps_doc: Optional[dict[str, Any]] = None, rocm_doc: Optional[dict[str, Any]] = None,
                cpu_doc: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
@@ -240,6 +266,11 @@ def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dic
     cpu = _cpu(cpu_doc, r["version"])
     if cpu is not None:
         row["cpu"] = cpu
+    arm, arm_sources = aarch64_wheels(e)
+    row["machines"] = ["x86_64", "aarch64"] if arm else ["x86_64"]
+    if arm:
+        row["aarch64_wheels"] = arm
+        row["aarch64_source"] = "; ".join(arm_sources)
     row["source"] = "; ".join(sources)
     return {k: v for k, v in row.items() if v is not None}
 

@@ -18,6 +18,12 @@ What one extract (data/sources/torch/<version>.json) holds, for every torch rele
     with the new ABI names std::string as std::__cxx11::basic_string, so its .dynstr carries
     `__cxx11` names; one built with the old ABI carries none).
 
+The same measurement is made of one Linux aarch64 wheel per build tag (`linux_aarch64_measured`, beside
+`linux_aarch64_wheels`): whether PyPI's aarch64 torch is a CUDA build, and of which CUDA, is what its
+version.py `cuda` and the CUDA runtime its METADATA requires on aarch64 say. `variants` also reads, from
+the same build-matrix file and commit as each release's listing, the wheel variants it lists for
+linux-aarch64 (`linux_aarch64`; `aarch64_wheel_matrix`).
+
 Nothing of upstream's files is stored: each fact names the exact wheel it came from
 (url#sha256=...) and quotes the few bytes or lines it rests on.
 
@@ -221,10 +227,20 @@ def _tags(filename: str) -> dict[str, Any]:
             "platform_tags": sorted({t.platform for t in tl})}
 
 
-def linux_x86_64(fs: Iterable[pypi.PyPIFile]) -> list[pypi.PyPIFile]:
+def linux_wheels(fs: Iterable[pypi.PyPIFile], machine: str) -> list[pypi.PyPIFile]:
+    """The Linux wheels for one CPU architecture (`x86_64`, `aarch64`): a manylinux*/linux* platform tag ending
+    in `_<machine>`."""
     return sorted((f for f in fs if f.filename.endswith(".whl") and
-                   any(p.startswith(("manylinux", "linux")) and p.endswith("x86_64")
+                   any(p.startswith(("manylinux", "linux")) and p.endswith("_" + machine)
                        for p in _tags(f.filename)["platform_tags"])), key=lambda f: f.filename)
+
+
+def linux_x86_64(fs: Iterable[pypi.PyPIFile]) -> list[pypi.PyPIFile]:
+    return linux_wheels(fs, "x86_64")
+
+
+def linux_aarch64(fs: Iterable[pypi.PyPIFile]) -> list[pypi.PyPIFile]:
+    return linux_wheels(fs, "aarch64")
 
 
 def pick_wheel(wheels: list[pypi.PyPIFile]) -> pypi.PyPIFile:
@@ -238,7 +254,7 @@ def pick_wheel(wheels: list[pypi.PyPIFile]) -> pypi.PyPIFile:
                 (int(m.group(1)), int(m.group(2))) if m else (0, 0))
 
     if not wheels:
-        raise Unrecognised("no Linux x86_64 wheel")
+        raise Unrecognised("no Linux wheel to measure")
     return max(wheels, key=key)
 
 
@@ -269,23 +285,35 @@ def measure_wheel(f: pypi.PyPIFile) -> dict[str, Any]:
     }
 
 
+def _file_records(wheels: list[pypi.PyPIFile]) -> list[dict[str, Any]]:
+    return [{"filename": f.filename, "url": f.url, "sha256": f.sha256, "size": f.size,
+             "upload_time": f.upload_time, "yanked": f.yanked, **_tags(f.filename)} for f in wheels]
+
+
+def _measure_builds(wheels: list[pypi.PyPIFile]) -> list[dict[str, Any]]:
+    """One measured wheel per build tag, the highest build tag first: that is what pip picks."""
+    builds = sorted({_tags(f.filename)["build_tag"] or 0 for f in wheels})
+    return [measure_wheel(pick_wheel([f for f in wheels if (_tags(f.filename)["build_tag"] or 0) == b]))
+            for b in reversed(builds)]
+
+
 def extract(version: str, fs: Optional[list[pypi.PyPIFile]] = None) -> dict[str, Any]:
     if fs is None:
         fs = pypi.versions_of(PYPI_NAME, pypi.files(PYPI_NAME)).get(version, [])
     wheels = linux_x86_64(fs)
-    files = [{"filename": f.filename, "url": f.url, "sha256": f.sha256, "size": f.size,
-              "upload_time": f.upload_time, "yanked": f.yanked, **_tags(f.filename)} for f in wheels]
-    builds = sorted({t["build_tag"] or 0 for t in files})
-    measured = []
-    for b in reversed(builds):  # highest build tag first: that is what pip picks
-        measured.append(measure_wheel(pick_wheel([f for f in wheels if (_tags(f.filename)["build_tag"] or 0) == b])))
+    measured = _measure_builds(wheels)
+    arm = linux_aarch64(fs)
     commit = measured[0]["version_py"]["git_version"] if measured else None
     return {
         "package": PYPI_NAME,
         "version": version,
         "index": pypi.SIMPLE.format(name=PYPI_NAME),
-        "linux_x86_64_wheels": files,
+        "linux_x86_64_wheels": _file_records(wheels),
         "measured": measured,
+        # The same for Linux aarch64: every wheel, and one measured per build tag (its METADATA's nvidia-*
+        # Requires-Dist and torch/version.py's `cuda` say whether PyPI's aarch64 torch is a CUDA build).
+        "linux_aarch64_wheels": _file_records(arm),
+        "linux_aarch64_measured": _measure_builds(arm),
         "git": {"commit": commit, "url": f"{REPO_URL}/tree/{commit}" if commit else None},
     }
 
@@ -448,6 +476,342 @@ def parse_release_matrix(text: str) -> dict[str, Any]:
                 except ValueError:
                     raise Unrecognised(f"{name} is not a literal")
     return out
+
+
+# ---------------------------------------------------------------- the linux-aarch64 part of the build matrix
+#
+# generate_binary_build_matrix.py builds its linux-aarch64 wheel list in code, not in one literal:
+# `generate_wheels_matrix(os="linux-aarch64", channel="test", with_cpu=ENABLE, with_cuda=ENABLE, ...)` fills
+# `arches` ([CPU_AARCH64] in 2.1 .. 2.3; [CPU_AARCH64, CUDA_AARCH64] in 2.4 .. 2.6, the one CUDA named by
+# translate_desired_cuda; CPU_AARCH64 plus CUDA_AARCH64_ARCHES from 2.7, a module list, per channel from
+# 2.12.1, which initialize_globals may extend for the test channel), and each arch becomes a wheel variant
+# through arch_type() and translate_desired_cuda(). `aarch64_wheel_matrix` reads those four functions with
+# a small interpreter over the file's syntax tree (ast; nothing of the file is executed). It evaluates
+# literals, module constants, comparisons, `in`, and/or/not, conditional expressions, list `+`, dict
+# subscripts, `.append`/`.extend`/`+=` and the `cu{...replace(...)}` f-strings; a statement it cannot
+# evaluate that sets a name the result depends on stops it (Unrecognised) rather than guess.
+
+AARCH64_OS = "linux-aarch64"
+
+
+class _Eval:
+    """Statements of a few functions of generate_binary_build_matrix.py, interpreted over module constants."""
+
+    TRACKED = frozenset({"arches", "CUDA_ARCHES", "ROCM_ARCHES", "CUDA_AARCH64_ARCHES"})
+
+    def __init__(self, tree: Any, text: str) -> None:
+        import ast
+
+        self.ast = ast
+        self.lines = text.splitlines()
+        self.env: dict[str, Any] = {}
+        self.where: dict[str, list[int]] = {}  # tracked name -> the lines that set it
+        self.funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    self.env[node.targets[0].id] = ast.literal_eval(node.value)
+                    self.where[node.targets[0].id] = [node.lineno]
+                except ValueError:
+                    pass
+
+    # -- expressions
+    def value(self, n: Any, local: dict[str, Any]) -> Any:
+        ast = self.ast
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            if n.id in local:
+                return local[n.id]
+            if n.id in self.env:
+                return self.env[n.id]
+            raise Unrecognised(f"line {n.lineno}: unknown name {n.id}")
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "mod":
+            return self.value(ast.Name(id=n.attr, lineno=n.lineno), local)  # mod = sys.modules[__name__]
+        if isinstance(n, (ast.List, ast.Tuple)):
+            return [self.value(e, local) for e in n.elts]
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+            a, b = self.value(n.left, local), self.value(n.right, local)
+            if isinstance(a, list) and isinstance(b, list):
+                return a + b
+            raise Unrecognised(f"line {n.lineno}: + of {type(a).__name__} and {type(b).__name__}")
+        if isinstance(n, ast.Subscript):
+            container, key = self.value(n.value, local), self.value(n.slice, local)
+            if isinstance(container, dict) and key in container:
+                return container[key]
+            raise Unrecognised(f"line {n.lineno}: subscript {key!r} not found")
+        if isinstance(n, ast.Compare) and len(n.ops) == 1:
+            a, b = self.value(n.left, local), self.value(n.comparators[0], local)
+            op = n.ops[0]
+            if isinstance(op, ast.Eq):
+                return a == b
+            if isinstance(op, ast.NotEq):
+                return a != b
+            if isinstance(op, ast.In):
+                return a in b
+            if isinstance(op, ast.NotIn):
+                return a not in b
+            if isinstance(op, ast.Is) and isinstance(n.comparators[0], ast.Constant) and b is None:
+                return a is None
+            raise Unrecognised(f"line {n.lineno}: comparison {type(op).__name__}")
+        if isinstance(n, ast.BoolOp):
+            vals = [bool(self.value(v, local)) for v in n.values]
+            return all(vals) if isinstance(n.op, ast.And) else any(vals)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return not self.value(n.operand, local)
+        if isinstance(n, ast.IfExp):
+            return self.value(n.body if self.value(n.test, local) else n.orelse, local)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get" \
+                and isinstance(n.func.value, ast.Dict) and 1 <= len(n.args) <= 2 and not n.keywords:
+            key = self.value(n.args[0], local)  # {...}.get(key, default): only the entry taken is evaluated
+            for k, v in zip(n.func.value.keys, n.func.value.values):
+                if k is None:
+                    raise Unrecognised(f"line {n.lineno}: ** in a dict")
+                if self.value(k, local) == key:
+                    return self.value(v, local)
+            return self.value(n.args[1], local) if len(n.args) == 2 else None
+        if isinstance(n, ast.JoinedStr):
+            out = ""
+            for part in n.values:
+                if isinstance(part, ast.Constant):
+                    out += str(part.value)
+                elif isinstance(part, ast.FormattedValue) and part.format_spec is None and part.conversion == -1:
+                    out += self.replaced(part.value, local)
+                else:
+                    raise Unrecognised(f"line {n.lineno}: f-string part")
+            return out
+        raise Unrecognised(f"line {getattr(n, 'lineno', '?')}: {type(n).__name__} not interpreted")
+
+    def replaced(self, n: Any, local: dict[str, Any]) -> str:
+        """NAME or NAME.replace('a', 'b').replace(...) inside an f-string."""
+        ast = self.ast
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "replace" \
+                and len(n.args) == 2 and not n.keywords:
+            a, b = (self.value(x, local) for x in n.args)
+            return self.replaced(n.func.value, local).replace(a, b)
+        v = self.value(n, local)
+        if not isinstance(v, str):
+            raise Unrecognised(f"line {n.lineno}: formatted value is not a string")
+        return v
+
+    # -- statements
+    def _target(self, t: Any) -> Optional[str]:
+        ast = self.ast
+        if isinstance(t, ast.Name):
+            return t.id
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "mod":
+            return t.attr
+        return None
+
+    def _sets(self, nodes: list[Any]) -> set[str]:
+        """The tracked names a block of statements may set."""
+        ast = self.ast
+        out: set[str] = set()
+        for node in nodes:
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                    for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]):
+                        name = self._target(t)
+                        if name in self.TRACKED:
+                            out.add(name)
+                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                        and sub.func.attr in ("append", "extend", "insert", "remove", "pop", "clear"):
+                    name = self._target(sub.func.value)
+                    if name in self.TRACKED:
+                        out.add(name)
+        return out
+
+    def run(self, body: list[Any], local: dict[str, Any]) -> Optional[Any]:
+        """Run a block; the value of a `return` it reaches (None if it reaches none)."""
+        ast = self.ast
+        for st in body:
+            touched = self._sets([st])
+            if isinstance(st, ast.Return):
+                return self.value(st.value, local) if st.value is not None else None
+            if isinstance(st, ast.If):
+                if not touched and not any(isinstance(x, ast.Return) for x in ast.walk(st)):
+                    continue
+                branch = st.body if self.value(st.test, local) else st.orelse
+                before = {k: list(v) for k, v in self.where.items()}
+                r = self.run(branch, local)
+                for changed in self._sets(branch):  # the condition a change rests on is part of its evidence
+                    if self.where.get(changed) != before.get(changed):
+                        self.where.setdefault(changed, []).append(st.lineno)
+                if r is not None:
+                    return r
+                continue
+            if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+                targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                names = [self._target(t) for t in targets]
+                try:
+                    val = self.value(st.value, local)
+                except Unrecognised:
+                    if touched:
+                        raise
+                    continue
+                for target in names:
+                    if target is None:
+                        if touched:
+                            raise Unrecognised(f"line {st.lineno}: assignment target not interpreted")
+                        continue
+                    self._store(target, val, local, st.lineno)
+                continue
+            if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add):
+                aug = self._target(st.target)
+                if aug is None or aug not in self.TRACKED:
+                    continue
+                cur, add = self._load(aug, local, st.lineno), self.value(st.value, local)
+                if not (isinstance(cur, list) and isinstance(add, list)):
+                    raise Unrecognised(f"line {st.lineno}: += on a non-list")
+                self._store(aug, cur + add, local, st.lineno, append=True)
+                continue
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and touched:
+                call = st.value
+                name = self._target(call.func.value)
+                if name is None:
+                    raise Unrecognised(f"line {st.lineno}: call target not interpreted")
+                cur = self._load(name, local, st.lineno)
+                if call.func.attr == "append" and len(call.args) == 1:
+                    cur.append(self.value(call.args[0], local))
+                elif call.func.attr == "extend" and len(call.args) == 1:
+                    cur.extend(self.value(call.args[0], local))
+                else:
+                    raise Unrecognised(f"line {st.lineno}: {call.func.attr}() on {name}")
+                self.where.setdefault(name, []).append(st.lineno)
+                continue
+            if touched:
+                raise Unrecognised(f"line {st.lineno}: {type(st).__name__} sets {sorted(touched)}, not interpreted")
+        return None
+
+    def _load(self, name: Optional[str], local: dict[str, Any], line: int) -> Any:
+        if name is None:
+            raise Unrecognised(f"line {line}: target not interpreted")
+        if name in local:
+            return local[name]
+        if name in self.env:
+            return self.env[name]
+        raise Unrecognised(f"line {line}: {name} used before it is set")
+
+    def _store(self, name: str, val: Any, local: dict[str, Any], line: int, append: bool = False) -> None:
+        if isinstance(val, list):
+            val = list(val)  # a copy: CUDA_ARCHES = CUDA_ARCHES_DICT[channel] must not alias the dict's list
+        (local if name in local else self.env)[name] = val
+        if name in self.TRACKED:
+            self.where[name] = (self.where.get(name, []) if append else []) + [line]
+
+    def call(self, name: str, args: dict[str, Any]) -> Any:
+        """Run a module function with keyword arguments (its parameter defaults fill the rest)."""
+        ast = self.ast
+        fn = self.funcs.get(name)
+        if fn is None:
+            raise Unrecognised(f"no function {name}")
+        params = [a.arg for a in fn.args.args]
+        defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+        local: dict[str, Any] = {}
+        for p in params:
+            if p in args:
+                local[p] = args[p]
+            elif p in defaults:
+                local[p] = self.value(defaults[p], {})
+            else:
+                raise Unrecognised(f"{name}() needs {p}")
+        for g in (n for n in ast.walk(fn) if isinstance(n, ast.Global)):
+            for gname in g.names:
+                local.pop(gname, None)
+        self._frame = local
+        return self.run(fn.body, local), local
+
+
+def aarch64_wheel_matrix(text: str, channel: str = "test") -> dict[str, Any]:
+    """The Linux aarch64 wheel variants generate_binary_build_matrix.py lists for a channel:
+    {"listed": bool, "arches": [...], "variants": [{"arch_version", "gpu_arch_type", "desired_cuda", "cuda"}],
+    "lines": [(line, text, what)]}; "listed" is False where the file names no linux-aarch64 build at all."""
+    import ast
+
+    if f'"{AARCH64_OS}"' not in text and f"'{AARCH64_OS}'" not in text:
+        return {"listed": False, "arches": [], "variants": [], "lines": [],
+                "reason": f"the file names no {AARCH64_OS} build"}
+    tree = ast.parse(text)
+    ev = _Eval(tree, text)
+    const = ev.env
+    enable = const.get("ENABLE")
+    if not isinstance(enable, str):
+        raise Unrecognised("no ENABLE constant")
+    init_args = {"channel": channel, "os": AARCH64_OS, "build_python_only": False, "getting_started": False}
+    init = ev.funcs.get("initialize_globals")
+    if init is None:
+        raise Unrecognised("no initialize_globals")
+    ev.call("initialize_globals", {k: v for k, v in init_args.items() if k in [a.arg for a in init.args.args]})
+    gen = ev.funcs.get("generate_wheels_matrix")
+    if gen is None:
+        raise Unrecognised("no generate_wheels_matrix")
+    block = next((st for st in gen.body if isinstance(st, ast.If) and isinstance(st.test, ast.Compare)
+                  and isinstance(st.test.left, ast.Name) and st.test.left.id == "arches"
+                  and isinstance(st.test.ops[0], ast.Is)), None)
+    if block is None:
+        raise Unrecognised("generate_wheels_matrix has no `if arches is None:` block")
+    local: dict[str, Any] = {"os": AARCH64_OS, "channel": channel, "arches": None, "upload_to_base_bucket": None}
+    for p in (a.arg for a in gen.args.args):
+        if p.startswith("with_"):
+            local[p] = enable
+    ev.where.pop("arches", None)
+    ev.run(block.body, local)
+    arches = local["arches"]
+    if not isinstance(arches, list) or not all(isinstance(a, str) for a in arches):
+        raise Unrecognised(f"arches is {arches!r}")
+    arch_lines = ev.where.get("arches", [])
+    variants = []
+    for a in arches:
+        gpu_type = ev.call("arch_type", {"arch_version": a})[0]
+        if not isinstance(gpu_type, str):
+            raise Unrecognised(f"arch_type({a!r}) returned nothing")
+        cpu_like = [const.get(k) for k in ("CPU", "CPU_AARCH64", "XPU") if k in const] + ["cpu", "cpu-aarch64"]
+        gpu_version = "" if a in cpu_like else a
+        desired = ev.call("translate_desired_cuda", {"gpu_arch_type": gpu_type, "gpu_arch_version": gpu_version})[0]
+        if not isinstance(desired, str):
+            raise Unrecognised(f"translate_desired_cuda({gpu_type!r}, {gpu_version!r}) is {desired!r}")
+        cuda = None
+        if desired != "cpu":
+            m = re.fullmatch(r"cu(\d+)(\d)", desired)
+            if not m or not gpu_type.startswith("cuda"):
+                raise Unrecognised(f"linux-aarch64 arch {a!r} -> {gpu_type!r} / {desired!r}: neither cpu nor a CUDA build")
+            cuda = f"{m.group(1)}.{m.group(2)}"
+            named = re.fullmatch(r"(\d+\.\d+)-aarch64", a)
+            if named and named.group(1) != cuda:
+                raise Unrecognised(f"arch {a!r} translates to {desired!r}")
+        variants.append({"arch_version": a, "gpu_arch_type": gpu_type, "desired_cuda": desired, "cuda": cuda})
+    # the lines the answer rests on: what set `arches` (and the lists it was made of), the translation of CUDA_AARCH64
+    lines: list[tuple[int, str, str]] = []
+    for n in arch_lines:
+        lines.append((n, ev.lines[n - 1], "generate_wheels_matrix: arches"))
+    if any(v["cuda"] for v in variants) and "CUDA_AARCH64_ARCHES" in ev.where and any(
+            "CUDA_AARCH64_ARCHES" in ev.lines[n - 1] for n in arch_lines):
+        for n in ev.where["CUDA_AARCH64_ARCHES"]:
+            lines.append((n, ev.lines[n - 1], "CUDA_AARCH64_ARCHES"))
+        dict_line = next((i for i, l in enumerate(ev.lines, 1) if l.startswith("CUDA_AARCH64_ARCHES_DICT")), None)
+        if dict_line is not None and any("CUDA_AARCH64_ARCHES_DICT" in ev.lines[n - 1] for n in ev.where["CUDA_AARCH64_ARCHES"]):
+            for i in range(dict_line, min(dict_line + 8, len(ev.lines))):
+                if f'"{channel}"' in ev.lines[i]:
+                    lines.append((i + 1, ev.lines[i], "CUDA_AARCH64_ARCHES_DICT"))
+                    break
+    trans = ev.funcs["translate_desired_cuda"]
+    for node in ast.walk(trans):
+        if isinstance(node, ast.Dict):
+            for k in node.keys:
+                if k is not None and any(v["cuda"] for v in variants):
+                    try:
+                        key = ev.value(k, {})
+                    except Unrecognised:
+                        continue
+                    if key in {v["gpu_arch_type"] for v in variants if v["cuda"]}:
+                        lines.append((k.lineno, ev.lines[k.lineno - 1], "translate_desired_cuda"))
+    seen: set[int] = set()
+    uniq = []
+    for entry in sorted(lines):
+        if entry[0] not in seen:
+            seen.add(entry[0])
+            uniq.append(entry)
+    return {"listed": True, "arches": arches, "variants": variants, "lines": uniq}
 
 
 def _fnmatch_bash(pattern: str, value: str) -> bool:
@@ -636,6 +1000,7 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
                                     f"dated before {when} names {version} as CURRENT_CANDIDATE_VERSION"}
     if pypi_cuda and pypi_cuda not in cudas:
         cudas.append(pypi_cuda)  # the PyPI build is itself a published variant (its wheel says +cuXYZ)
+    out["linux_aarch64"] = aarch64_listing(found[0] if found else None, version, when)
 
     build_cuda = None
     if v < BUILDER_CUDA_UNTIL:
@@ -709,6 +1074,27 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def aarch64_listing(f: Optional[dict[str, Any]], version: str, when: str) -> dict[str, Any]:
+    """The release's Linux aarch64 wheel variants, read from the same build matrix file (at the same commit)
+    as its `listing`: `verified` with the variants and the lines they rest on, `not-listed` where the file
+    has no linux-aarch64 builds at all, `not-found` where no such file was found or it could not be read."""
+    if f is None:
+        return {"status": "not-found",
+                "reason": f"no build matrix found for {version} (see listing): no commit of {MATRIX_PY} dated before {when} "
+                          f"names it as CURRENT_CANDIDATE_VERSION"}
+    try:
+        a = aarch64_wheel_matrix(f["text"], "test")
+    except (SyntaxError, Unrecognised) as exc:
+        return {"status": "not-found", "reason": f"{MATRIX_PY} at {f['commit']}: the linux-aarch64 wheel list was not "
+                                                 f"interpreted ({exc})", "evidence": _evidence(f, [])}
+    if not a["listed"]:
+        return {"status": "not-listed", "reason": f"{MATRIX_PY} at {f['commit']}: {a['reason']}", "evidence": _evidence(f, [])}
+    return {"status": "verified", "channel": "test", "arches": a["arches"],
+            "variants": [{"name": v["desired_cuda"], "cuda": v["cuda"], "arch_version": v["arch_version"]}
+                         for v in a["variants"]],
+            "evidence": _evidence(f, [(ln, text, what) for ln, text, what in a["lines"]])}
+
+
 def build_variants(builder: Path, test_infra: Path, extracts: list[dict[str, Any]]) -> dict[str, Any]:
     releases = []
     for ext in sorted(extracts, key=lambda e: Version(e["version"])):
@@ -725,6 +1111,9 @@ def build_variants(builder: Path, test_infra: Path, extracts: list[dict[str, Any
                 "cuda_archs": f"{BUILDER_URL} release/X.Y {BUILD_CUDA} at the branch tip as of the first PyPI upload "
                               f"(releases < {BUILDER_CUDA_UNTIL}); the PyPI build's list is measured from its wheel",
                 "rocm_archs": f"{BUILDER_URL} release/X.Y {BUILD_DOCKER} (releases < {BUILDER_ROCM_UNTIL})",
+                "linux_aarch64": f"{TEST_INFRA_URL} {MATRIX_PY} at the listing's commit: the wheel variants "
+                                 "generate_wheels_matrix(os='linux-aarch64', channel='test') lists (arches, arch_type, "
+                                 "translate_desired_cuda and initialize_globals interpreted over the file's syntax tree, not run)",
             },
             "releases": releases}
 

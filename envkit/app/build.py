@@ -51,6 +51,7 @@ class BuildRequest:
     locked: bool = False  # refuse unless the bundle (or the engine's base images) still match the pinned lock
     toolkit: Optional[ToolkitSource] = None  # --toolkit (mirror mode); None: the site file's [cuda] toolkit, else image
     export_wheels: Optional[str] = None  # a new or empty directory for the wheels the build stage compiled
+    host_facts: Optional[str] = None  # --gpu auto: a facts file recorded on the GPU host
 
 
 @dataclass(frozen=True)
@@ -177,12 +178,13 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
         if not req.mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
         if req.locked:  # checked before the context is written
-            pre = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit))
+            pre = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
+                               host_facts=req.host_facts)
             if isinstance(pre, Unsolved):
                 return pre
             check_mirror_build(pre.plan, req.lock, reporter.say)
         g = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
-                     out=req.out)
+                         out=req.out, host_facts=req.host_facts)
         if isinstance(g, Unsolved):
             return g
         context = Path(req.out)

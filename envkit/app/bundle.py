@@ -186,10 +186,11 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                 mirror: Optional[str] = None, find_links: tuple[str, ...] = (), force: bool = False,
                 reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None,
                 locked: bool = False, toolkit: Optional[ToolkitSource] = None,
-                serving: Optional[Prepared] = None) -> Union[Bundled, Unsolved]:
+                serving: Optional[Prepared] = None, host_facts: Optional[str] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say, progress_factory = reporter.say, reporter.transfer
-    g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit), serving=serving)
+    g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit),
+                     serving=serving, host_facts=host_facts)
     if isinstance(g, Unsolved):
         return g
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images

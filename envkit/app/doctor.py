@@ -95,11 +95,17 @@ _FACTS_FIX = "give a JSON file written by envkit doctor --json"
 _FOR_FIX = 'give resolve flags that envkit resolve accepts, e.g. --for "--gpu H100 --torch 2.4"'
 
 
-def read_facts(path: str) -> dict[str, Any]:
-    """A recorded facts file: doctor --json's whole document, or its `facts`."""
+def read_record(path: str) -> dict[str, Any]:
+    """A recorded facts file as written: doctor --json's whole document, or the probe's facts alone."""
     record = read_json(path, "facts file", _FACTS_FIX)
     if not isinstance(record, dict):
         raise InputError(f"cannot read facts file {path}: not a JSON object", _FACTS_FIX)
+    return record
+
+
+def read_facts(path: str) -> dict[str, Any]:
+    """A recorded facts file: doctor --json's whole document, or its `facts`."""
+    record = read_record(path)
     facts = record.get("facts", record)
     if not isinstance(facts, dict):
         raise InputError(f"cannot read facts file {path}: its facts are not a JSON object", _FACTS_FIX)

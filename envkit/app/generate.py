@@ -47,8 +47,21 @@ def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
-    """Resolve; with no --python, prefer the base image's own Python when it keeps the same torch."""
+def solve(m: Matrix, flags: ResolveFlags, site: Site, host_facts: Optional[str] = None) -> tuple[Result, ResolveFlags]:
+    """Resolve; with no --python, prefer the base image's own Python when it keeps the same torch. --gpu auto is this
+    host's (or the facts file's) GPUs, driver, CPU architecture and Python first; the answer says what was read."""
+    from envkit.app import host
+    from envkit.core.resolve.auto import host_flags, wants_auto
+
+    host.needs_facts_with_auto(host_facts, wants_auto(flags))
+    if wants_auto(flags):
+        flags, read = host_flags(m, flags, host.view(host_facts))
+        result, given = _solve(m, flags, site)
+        return replace(result, host_read=read), given
+    return _solve(m, flags, site)
+
+
+def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
     result = resolve(m, parse_query(m, flags))
     sol = result.solution
     if sol is None or flags.python:
@@ -128,23 +141,24 @@ class Generated:
 def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
              force: bool = False, serving: Optional[Prepared] = None, engine_opts: EngineOptions = EngineOptions(),
-             say: Callable[[str], None] = lambda _: None) -> Union[Generated, GeneratedEngine, Unsolved]:
-    return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None)
+             say: Callable[[str], None] = lambda _: None, host_facts: Optional[str] = None) -> Union[Generated, GeneratedEngine, Unsolved]:
+    return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None, host_facts)
 
 
 def generate_pip(flags: ResolveFlags, *, command: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                  mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None, force: bool = False,
-                 serving: Optional[Prepared] = None) -> Union[Generated, Unsolved]:
+                 serving: Optional[Prepared] = None, host_facts: Optional[str] = None) -> Union[Generated, Unsolved]:
     """generate for the commands that build, bundle or lock a pip stack: a container engine is refused before a file is
     written (its image is NVIDIA's, pulled through the site's registry)."""
-    g = _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, EngineOptions(), lambda _: None, command)
+    g = _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, EngineOptions(), lambda _: None, command, host_facts)
     assert not isinstance(g, GeneratedEngine)
     return g
 
 
 def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[str], mirror: Optional[str], opts: Options,
               out: Optional[str], force: bool, serving: Optional[Prepared], engine_opts: EngineOptions,
-              say: Callable[[str], None], pip_only: Optional[str]) -> Union[Generated, GeneratedEngine, Unsolved]:
+              say: Callable[[str], None], pip_only: Optional[str], host_facts: Optional[str] = None
+              ) -> Union[Generated, GeneratedEngine, Unsolved]:
     """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole (and a serving image's
     model into its model/)."""
     if serving is not None:
@@ -169,7 +183,7 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
         if opts.toolkit is None and locked.toolkit == "pip":  # replayed as it was made, unless --toolkit says otherwise
             opts = replace(opts, toolkit="pip")
     else:
-        result, given = solve(m, flags, site)
+        result, given = solve(m, flags, site, host_facts)
     if result.engine is not None:
         if pip_only is not None:
             raise InputError(f"envkit {pip_only} makes pip stacks; --engine {result.engine.engine} is NVIDIA's container "

@@ -141,10 +141,10 @@ def write_lock(path: Path, lock: Lock) -> None:
 
 def make_lock_file(flags: ResolveFlags, *, out: str = LOCK_NAME, matrix_path: Optional[str] = None, mirror: Optional[str] = None,
                    find_links: tuple[str, ...] = (), reporter: Reporter = Silent(), engine: Optional[ContainerEngine] = None,
-                   runner: PipRunner = pip.run) -> Union[Locked, Unsolved]:
+                   runner: PipRunner = pip.run, host_facts: Optional[str] = None) -> Union[Locked, Unsolved]:
     """Resolve, plan (against the site's mirrors when given), pin every wheel and base image, write the lock."""
     path = _writable(out)
-    g = generate_pip(flags, command="lock", matrix_path=matrix_path, mirror=mirror, opts=Options())
+    g = generate_pip(flags, command="lock", matrix_path=matrix_path, mirror=mirror, opts=Options(), host_facts=host_facts)
     if isinstance(g, Unsolved):
         return g
     base = Lock.from_json(json.loads(g.files[LOCK_NAME]))

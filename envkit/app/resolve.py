@@ -11,6 +11,7 @@ from envkit.model.site import Site
 from envkit.model.solution import Result
 
 
-def resolve(flags: ResolveFlags, matrix_path: Optional[str] = None) -> Result:
+def resolve(flags: ResolveFlags, matrix_path: Optional[str] = None, host_facts: Optional[str] = None) -> Result:
+    """`host_facts`: with --gpu auto, a facts file recorded on the GPU host instead of this host's facts."""
     m = matrix_file.load(matrix_path)
-    return solve(m, flags, Site())[0]
+    return solve(m, flags, Site(), host_facts)[0]

@@ -34,6 +34,11 @@ def mirror(help: str) -> Any:
     return typer.Option(None, "--mirror", metavar="SITE.toml", help=help)
 
 
+def host_facts() -> Any:
+    return typer.Option(None, "--host-facts", metavar="FACTS.json",
+                        help="with --gpu auto: the GPU host's facts recorded there (envkit doctor --json > FACTS.json) instead of this host's")
+
+
 def junit(help: str) -> Any:
     return typer.Option(None, "--junit", metavar="FILE.xml", help=help)
 

@@ -40,9 +40,10 @@ class BuildNetwork(str, Enum):
 
 
 @resolve_flags
-def resolve(flags: ResolveFlags, as_json: bool = opt.as_json(), matrix_path: Optional[str] = opt.matrix()) -> None:
-    """Solve the compatibility matrix: the newest consistent stack, or every conflict with its fix."""
-    result = app.resolve.resolve(flags, matrix_path)
+def resolve(flags: ResolveFlags, host_facts: Optional[str] = opt.host_facts(), as_json: bool = opt.as_json(),
+            matrix_path: Optional[str] = opt.matrix()) -> None:
+    """Solve the compatibility matrix: the newest consistent stack, or every conflict with its fix (--gpu auto: for this host)."""
+    result = app.resolve.resolve(flags, matrix_path, host_facts)
     ui.output.show_result(result, as_json)
     if not result.ok:
         raise typer.Exit(EXIT_NO_SOLUTION)
@@ -68,6 +69,7 @@ def generate(
     max_batch_size: int = typer.Option(64, "--max-batch-size", help="--engine triton-trtllm/trtllm: the server's max batch size"),
     from_wheel: bool = typer.Option(False, "--from-wheel", help="--engine trtllm: TensorRT-LLM's wheel (NVIDIA's index, or the site's [rewrite] of it) on NVIDIA's CUDA image"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
+    host_facts: Optional[str] = opt.host_facts(),
     as_json: bool = opt.as_json("print the plan as JSON"),
     force: bool = FORCE,
     matrix_path: Optional[str] = opt.matrix(),
@@ -83,7 +85,7 @@ def generate(
 
     serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, say)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
-                         out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say,
+                         out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say, host_facts=host_facts,
                          engine_opts=EngineOptions(tp=tp, max_batch_size=max_batch_size, from_wheel=from_wheel))
     if to_stdout and isinstance(g, (app.generate.Generated, app.generate.GeneratedEngine)):
         sys.stdout.write(g.files["Dockerfile"].decode())
@@ -108,6 +110,7 @@ def bundle(
     model_mount: bool = opt.model_mount(),
     serve_port: int = opt.serve_port(),
     out: str = typer.Option("envkit-bundle", "-o", "--out", help="bundle directory"),
+    host_facts: Optional[str] = opt.host_facts(),
     force: bool = FORCE,
     as_json: bool = opt.as_json("print a JSON summary"),
     matrix_path: Optional[str] = opt.matrix(),
@@ -117,7 +120,7 @@ def bundle(
         serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, reporter.say)
         b = app.bundle.make_bundle(flags, out=out, matrix_path=matrix_path, lock=lock, mirror=mirror, find_links=tuple(find_links),
                         force=force, reporter=reporter, locked=locked, toolkit=toolkit.value if toolkit else None,
-                        serving=serving)
+                        serving=serving, host_facts=host_facts)
     finish(b, as_json, lambda b: ui.report.print_bundle(b.report))
 
 
@@ -127,13 +130,14 @@ def lock(
     mirror: Optional[str] = opt.mirror("resolve the wheels on the site's mirrors (SITE.toml)"),
     find_links: list[str] = typer.Option([], "--find-links", help="local directory of wheels to use as well (repeatable)"),
     out: str = typer.Option("envkit.lock.json", "-o", "--out", help="the lock file to write (replaced whole)"),
+    host_facts: Optional[str] = opt.host_facts(),
     as_json: bool = opt.as_json("print the lock document"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Pin the stack: every wheel the image installs (transitive, by sha256, per pip step) and every base image by digest."""
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         locked = app.lock.make_lock_file(flags, out=out, matrix_path=matrix_path, mirror=mirror, find_links=tuple(find_links),
-                                         reporter=reporter)
+                                         reporter=reporter, host_facts=host_facts)
     finish(locked, as_json, lambda done: ui.progress.console().print(done.summary(), markup=False, highlight=False))
 
 
@@ -163,6 +167,7 @@ def build(
     export_wheels: Optional[str] = typer.Option(None, "--export-wheels", metavar="DIR",
                                                 help="copy the wheels the build stage compiled (flash-attn, csrc kernels) into DIR, a new "
                                                      "or empty directory, with their sha256 in DIR/SHA256SUMS"),
+    host_facts: Optional[str] = opt.host_facts(),
     as_json: bool = opt.as_json("print a JSON summary (the log goes to stderr)"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
@@ -170,7 +175,7 @@ def build(
     req = app.build.BuildRequest(flags=flags, offline=offline, bundle_dir=bundle_dir, lock=lock, mirror=mirror, out=out, tag=tag,
                                  network=network.value, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
                                  secrets=tuple(secret), locked=locked, toolkit=toolkit.value if toolkit else None,
-                                 export_wheels=export_wheels)
+                                 export_wheels=export_wheels, host_facts=host_facts)
     out_console = ui.progress.console(stderr=as_json)
     if all_targets:
         proj = app.build.load_project(project, target, all_targets, req)

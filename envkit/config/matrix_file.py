@@ -30,6 +30,7 @@ from envkit.errors import MatrixError, MatrixProblem
 from envkit.model.engines import FasterTransformer, Ftllm, FtllmSource, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
+    MACHINES,
     VENDOR_PLATFORM,
     CudaToolkit,
     Driver,
@@ -401,6 +402,20 @@ def _nonempty_wheels(x: list) -> tuple[str, ...]:
     return ws
 
 
+def _machines(x: Any) -> tuple[str, ...]:
+    """CPU architectures a build has wheels for: ["x86_64"], ["x86_64", "aarch64"] (each once)."""
+    if not isinstance(x, list) or not x or not all(isinstance(m, str) and m in MACHINES for m in x) or len(set(x)) != len(x):
+        raise Invalid(f"must list CPU architectures, each once, of {', '.join(MACHINES)}", 'write {key} = ["x86_64", "aarch64"]')
+    return tuple(x)
+
+
+def _aarch64_wheels(x: Any) -> tuple[str, ...]:
+    ws = _str_list(x)
+    if not all(re.fullmatch(r"\S+_aarch64\.whl", w) for w in ws):
+        raise ValueError("aarch64_wheels lists the release's Linux aarch64 wheel filenames")
+    return ws
+
+
 def _python_list(x: Any) -> tuple[Version, ...]:
     if not isinstance(x, list) or not all(isinstance(p, str) and re.fullmatch(r"3\.\d+", p) for p in x):
         raise ValueError('a Python list is like ["3.10", "3.11"]')
@@ -491,12 +506,13 @@ def _cuda_problem(c: CudaToolkit) -> Optional[tuple[str, str]]:
 _CUDA = _Spec(CudaToolkit, Table.of(
     _VERSION, _req("release"), _req("min_driver", Driver.parse), _opt("toolkit_driver", Driver.parse),
     _req("archs", _cc_list, list), _req("cudnn"), _req("devel_image"), _req("runtime_image"), _req("os"), _SOURCE,
-    Field("toolkit_wheels", _toolkit_wheels, list, (), attr="wheels")), check=_cuda_problem)
+    Field("toolkit_wheels", _toolkit_wheels, list, (), attr="wheels"), Field("machines", _machines, list, ("x86_64",)),
+    _opt("machines_source")), check=_cuda_problem)
 
 _GPU = _Spec(Gpu, Table.of(
     _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _gpu_arch),
     _req("name"), _strs("aliases"), _req("memory_gb", _finite, (int, float)), _req("bandwidth_gbs", _finite, (int, float)),
-    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse)),
+    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse), _opt("machine", _one_of("machine", "aarch64"))),
     check=lambda x: None if x.arch.startswith("sm_" if x.vendor == "nvidia" else "gfx")
     else ("arch", f"a {x.vendor} GPU's arch is {'sm_NN' if x.vendor == 'nvidia' else 'gfxNNN'}, not {x.arch}"))
 
@@ -611,7 +627,7 @@ _FLASH_ATTN = _Spec(FlashAttn, Table.of(
 
 # ---------------------------------------------------------------- vLLM: builds off PyPI
 
-_VLLM_BUILD_KEYS = {"wheel", "status", "source", "archs", "ptx", "python"}
+_VLLM_BUILD_KEYS = {"wheel", "status", "source", "archs", "ptx", "python", "machines"}
 
 
 def _vllm_build(key: str, b: Any) -> VllmBuild:
@@ -624,7 +640,8 @@ def _vllm_build(key: str, b: Any) -> VllmBuild:
                      source=str(b.get("source", "")),
                      archs=None if "archs" not in b else _cc_list(b["archs"] if isinstance(b["archs"], list) else None),
                      ptx=None if "ptx" not in b else _cc(b["ptx"]),
-                     python=None if "python" not in b else _python_list(b["python"]))
+                     python=None if "python" not in b else _python_list(b["python"]),
+                     machines=_machines(b["machines"]) if "machines" in b else ("x86_64",))
 
 
 _VLLM_CPU_KEYS = {"package", "torch", "python", "wheel", "remove", "apt", "jit_apt", "source"}
@@ -657,7 +674,11 @@ _VLLM = _Spec(Vllm, Table.of(
     _opt("wheel_cuda", Version), _opt("wheel_cuda_major", _strict_int, int), _opt("cuda_archs", _cc_list, list),
     _opt("cuda_ptx", _cc), _opt("archs_from", default=""), _gfx("rocm_archs"),
     Field("variants", _vllm_builds("cuda"), list, ()), Field("rocm_wheels", _vllm_builds("rocm"), list, ()),
-    _CONFIDENCE, _SOURCE, _strs("missing_deps"), Field("cpu", _vllm_cpu, dict, None), extra=("python_from", "rocm_archs_from")))
+    _CONFIDENCE, _SOURCE, _strs("missing_deps"), Field("cpu", _vllm_cpu, dict, None),
+    Field("machines", _machines, list, ("x86_64",)), Field("aarch64_wheels", _aarch64_wheels, list, ()),
+    _opt("aarch64_source", _source, str, ""), extra=("python_from", "rocm_archs_from")),
+    check=lambda x: ("aarch64_wheels", "a release with aarch64 wheels lists \"aarch64\" in machines")
+    if bool(x.aarch64_wheels) != ("aarch64" in x.machines) else None)
 
 
 # ---------------------------------------------------------------- torch: one row, many versions x variants
@@ -668,7 +689,9 @@ _VARIANT_HEAD = Table.of(_req("name"), _opt("only", SpecifierSet))
 _VARIANT_BODY = Table.of(
     _opt("cuda", Version), _opt("rocm", Version), _strs("archs"), _CONFIDENCE, _opt("ptx", _cc), _flag("cxx11abi"),
     _req("python", SpecifierSet), _req("index_url"), _SOURCE, _opt("note", default=""), _flag("pypi", False),
-    _flag("cxx11abi_inferred", False))
+    _flag("cxx11abi_inferred", False), Field("machines", _machines, list, ("x86_64",)), _flag("aarch64_pypi", False),
+    _opt("aarch64_archs", _str_list, list), _opt("aarch64_python", SpecifierSet), _opt("aarch64_cxx11abi", bool, bool),
+    _opt("aarch64_source", _source, str, ""))
 _VARIANT = _VARIANT_HEAD + _VARIANT_BODY
 
 
@@ -685,6 +708,20 @@ def _check_variant(vr: _Row, name: Optional[str], platform: str, archs_known: bo
             _gfx_list(archs)
     except ValueError as exc:
         vr.bad("archs", str(exc))
+    machines = v["machines"] or ()
+    if v["aarch64_pypi"] and "aarch64" not in machines:
+        vr.bad("aarch64_pypi", 'a build PyPI serves for aarch64 lists "aarch64" in machines')
+    for key in ("aarch64_python", "aarch64_cxx11abi", "aarch64_source"):
+        if v[key] not in (None, "") and "aarch64" not in machines:
+            vr.bad(key, 'an aarch64 fact belongs to a build that lists "aarch64" in machines')
+    if v["aarch64_archs"] is not None:
+        if "aarch64" not in machines or platform != "cuda":
+            vr.bad("aarch64_archs", 'an aarch64 arch list belongs to a CUDA build that lists "aarch64" in machines')
+        else:
+            try:
+                _cc_list(list(v["aarch64_archs"]))
+            except ValueError as exc:
+                vr.bad("aarch64_archs", str(exc))
 
 
 def _torch_variant(vr: _Row, version: Version, inherited: dict[str, Any]) -> Optional[TorchBuild]:
@@ -707,7 +744,9 @@ def _torch_variant(vr: _Row, version: Version, inherited: dict[str, Any]) -> Opt
         version=version, variant=name, platform=platform, toolkit=v["cuda"] or v["rocm"], archs=v["archs"], ptx=v["ptx"],
         cxx11abi=v["cxx11abi"], python=v["python"], index_url=v["index_url"], wheel=None, local=name,
         confidence=v["confidence"], source=v["source"], archs_known=archs_known, note=v["note"], pypi=v["pypi"],
-        abi_known=not v["cxx11abi_inferred"])
+        abi_known=not v["cxx11abi_inferred"], machines=v["machines"], aarch64_pypi=v["aarch64_pypi"],
+        aarch64_archs=v["aarch64_archs"], aarch64_python=v["aarch64_python"], aarch64_cxx11abi=v["aarch64_cxx11abi"],
+        aarch64_source=v["aarch64_source"])
 
 
 def _read_torch(rows: list[_Row]) -> list[TorchBuild]:

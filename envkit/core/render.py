@@ -268,7 +268,8 @@ def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256:
     rendering = _Rendering(plan, templates, lock_sha256, first_kernels, pinned)
     out = [_t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)]
     for stage in plan.stages:
-        out.append(_t(templates, "from", stage=stage.name, image=stage.image, why=STAGE_WHY[stage.name]))
+        image = f"--platform=linux/arm64 {stage.image}" if plan.solution.machine == "aarch64" else stage.image
+        out.append(_t(templates, "from", stage=stage.name, image=image, why=STAGE_WHY[stage.name]))
         for step in stage.steps:
             out.append(f"\n# [{step.id}] {step.title}: {step.why}\n")
             out.append(_payload_text(step.payload, step, rendering))

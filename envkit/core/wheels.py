@@ -34,7 +34,7 @@ def _target_args(plan: BuildPlan, osr: OsRelease) -> list[str]:
     args = ["--only-binary=:all:", "--python-version", f"{py.major}.{py.minor}",
             "--implementation", "cp", "--abi", cp, "--abi", "abi3", "--abi", "none", "--progress-bar", "off",
             "--retries", "2", "--timeout", "60"]
-    for tag in platform_tags((osr.glibc.major, osr.glibc.minor)):
+    for tag in platform_tags((osr.glibc.major, osr.glibc.minor), plan.solution.machine):
         args += ["--platform", tag]
     site = plan.site
     if site.pip_index:

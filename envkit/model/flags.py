@@ -30,6 +30,8 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("gpu", "GPU product name (\"RTX 4090\", H100, Z100L) or arch (sm_86, gfx942)", "H100", metavar="NAME|sm_XY|gfxNNN"),
     FlagSpec("driver", "NVIDIA driver version, e.g. 535.104.05", "535.104.05", metavar="X.Y.Z"),
     FlagSpec("platform", "cuda, rocm, dtk or cpu", "cuda", metavar="cuda|rocm|dtk|cpu", choices=("cuda", "rocm", "dtk", "cpu")),
+    FlagSpec("platform_arch", "the target's CPU architecture: x86_64 (the default) or aarch64 (GH200, GB200, Jetson); "
+             "--gpu auto reads it", "aarch64", metavar="x86_64|aarch64", choices=("x86_64", "aarch64")),
     FlagSpec("cuda", "CUDA toolkit X.Y (12 means the newest 12.x; cu124 is 12.4)", "12.4", metavar="X.Y"),
     FlagSpec("rocm", "ROCm X.Y (6 means the newest 6.x)", "6.2", metavar="X.Y"),
     FlagSpec("dtk", "Hygon DTK YY.MM (24 means the newest 24.x)", "24.04", metavar="YY.MM"),
@@ -60,6 +62,7 @@ class ResolveFlags:
     gpu: Optional[str] = None
     driver: Optional[str] = None
     platform: Optional[str] = None
+    platform_arch: Optional[str] = None
     cuda: Optional[str] = None
     rocm: Optional[str] = None
     dtk: Optional[str] = None

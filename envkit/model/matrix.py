@@ -14,6 +14,9 @@ from packaging.version import Version
 
 PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
 
+MACHINES = ("x86_64", "aarch64")
+"""The CPU architectures (platform.machine() on Linux) a build may have wheels for."""
+
 
 VENDOR_PLATFORM = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk"}
 
@@ -118,6 +121,8 @@ class CudaToolkit:
     os: str
     source: str
     wheels: tuple[ToolkitWheel, ...] = ()  # the release's toolkit wheels on PyPI, each pinned; () where not known
+    machines: tuple[str, ...] = ("x86_64",)  # the CPU architectures its devel and runtime images are published for
+    machines_source: Optional[str] = None  # where the images' aarch64 (linux/arm64) builds are stated
 
     def can_target(self, gpu: CC) -> bool:
         return any(sass_runs_on(a, gpu) for a in self.archs)
@@ -157,6 +162,7 @@ class Gpu:
     min_dtk: Optional[Version]
     source: str
     min_driver: Optional[Driver] = None  # a product newer than its architecture's first driver (H200 needs R550)
+    machine: Optional[str] = None  # "aarch64": the product is a Grace (or Jetson) system, whose host CPU is Arm
 
     @property
     def cc(self) -> Optional[CC]:
@@ -202,8 +208,16 @@ class TorchBuild:
     ccs: tuple[CC, ...] = field(default=(), compare=False, repr=False)
     archs_known: bool = True  # False: the build exists, but no source states its arch list
     note: str = ""  # what of this row is inferred
-    pypi: bool = False  # the build PyPI serves for `pip install torch==X`
+    pypi: bool = False  # the build PyPI serves for `pip install torch==X` on Linux x86_64
     abi_known: bool = True  # False: cxx11abi is taken from the release's PyPI build, no source states it
+    # The CPU architectures this build (release and variant) has Linux wheels for, on PyPI or on its index.
+    # `archs`, `ptx` and `cxx11abi` are the x86_64 build's.
+    machines: tuple[str, ...] = ("x86_64",)
+    aarch64_pypi: bool = False  # PyPI's own `torch==X` wheel for Linux aarch64 is this build (measured)
+    aarch64_archs: Optional[tuple[str, ...]] = None  # the aarch64 build's CUDA archs, measured; None: no source states them
+    aarch64_python: Optional[SpecifierSet] = None  # the Pythons of PyPI's aarch64 wheels (with aarch64_pypi); None: not stated
+    aarch64_cxx11abi: Optional[bool] = None  # the aarch64 build's C++ ABI, measured; None: not stated
+    aarch64_source: str = ""  # where the aarch64 wheels are stated
 
     def __post_init__(self) -> None:
         if self.platform == "cuda" and not self.ccs:
@@ -338,6 +352,7 @@ class VllmBuild:
     archs: Optional[tuple[CC, ...]] = None  # None: not stated
     ptx: Optional[CC] = None
     python: Optional[tuple[Version, ...]] = None  # the Pythons it is published for, when the source limits them
+    machines: tuple[str, ...] = ("x86_64",)  # the CPU architecture of `wheel`
 
 
 @dataclass(frozen=True)
@@ -358,6 +373,12 @@ class Vllm:
     source: str
     missing_deps: tuple[str, ...] = ()  # exact pins PyPI no longer serves: `pip install` fails
     cpu: Optional[VllmCpu] = None  # the CPU package of this release, where PyPI has one
+    # The CPU architectures PyPI has a wheel of this release for. `wheels`, `wheel_cuda` and `cuda_archs`
+    # describe the x86_64 wheels; `aarch64_wheels` are the Linux aarch64 wheels' names (preferred build first),
+    # whose CUDA and arch list no extract states.
+    machines: tuple[str, ...] = ("x86_64",)
+    aarch64_wheels: tuple[str, ...] = ()
+    aarch64_source: str = ""
 
     @property
     def min_cc(self) -> Optional[CC]:

@@ -18,6 +18,7 @@ class Query:
     gpu: Optional[Gpu] = None
     driver: Optional[Driver] = None
     platform: Optional[str] = None
+    machine: Optional[str] = None  # --platform-arch: x86_64 or aarch64; None: x86_64, the only one before it was asked
     cuda: Optional[Version] = None
     rocm: Optional[Version] = None
     dtk: Optional[Version] = None
@@ -39,8 +40,10 @@ class Query:
         return dict(self.given)
 
     def without(self, key: str) -> "Query":
+        """The query less one given flag (its key as model/flags.py names it)."""
         empty: Any = {"kernels": ()}.get(key)
-        changes: dict[str, Any] = {key: empty, "given": tuple((k, v) for k, v in self.given if k != key)}
+        field_ = {"platform_arch": "machine"}.get(key, key)
+        changes: dict[str, Any] = {field_: empty, "given": tuple((k, v) for k, v in self.given if k != key)}
         if key == "torch":
             changes["torch_local"] = None
         return replace(self, **changes)
@@ -97,6 +100,7 @@ class Solution:
     notes: tuple[str, ...]
     sources: tuple[str, ...]
     engine: Optional[EnginePackages] = None  # --engine fastllm|sglang|paddle: its packages, installed after torch
+    machine: str = "x86_64"  # the CPU architecture the wheels and images are for (--platform-arch)
 
     @property
     def toolkit_text(self) -> str:
@@ -129,6 +133,8 @@ class Solution:
             out["kernels_sdist"] = str(self.kernels[0].flash_attn_sdist)
         if self.min_driver is not None:
             out["min_driver"] = str(self.min_driver)
+        if self.machine != "x86_64":
+            out["machine"] = self.machine
         if self.engine is not None:
             out["engine"] = self.engine.engine
             out[self.engine.engine] = self.engine.version
@@ -164,6 +170,7 @@ class Solution:
             "kernels": [],
             "notes": list(self.notes),
             "sources": list(self.sources),
+            **({"machine": self.machine} if self.machine != "x86_64" else {}),  # x86_64 documents stay as they were
         }
         if toolkit_wheels and d["toolkit"] is not None and self.toolkit_wheels:
             d["toolkit"]["wheels"] = [{"name": w.name, "version": str(w.version), "pin": w.pin, "source": w.source}
@@ -190,6 +197,7 @@ class Result:
     suggestions: tuple[tuple[str, dict[str, str]], ...] = ()
     warnings: tuple[str, ...] = ()
     engine: Optional[EngineSolution] = None  # a container engine's answer (--engine trtllm, triton-*, fastertransformer)
+    host_read: tuple[tuple[str, str], ...] = ()  # --gpu auto: what was read of the host (fact, value)
 
     @property
     def ok(self) -> bool:
@@ -211,6 +219,7 @@ class Result:
             "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
             "warnings": list(self.warnings),
             **({"engine": self.engine.to_json()} if self.engine is not None else {}),
+            **({"host": dict(self.host_read)} if self.host_read else {}),
         }
 
 

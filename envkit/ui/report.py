@@ -92,6 +92,9 @@ def print_engine_context(result: Result, out: Optional[str], files: list[str], c
 
 def print_result(result: Result, console: Optional[Console] = None) -> None:
     c = console or _console()
+    if result.host_read:
+        read = dict(result.host_read)
+        c.print(_e(f"--gpu auto read {read.pop('from')}: " + "; ".join(f"{k} {v}" for k, v in read.items())), markup=False, highlight=False)
     if result.solution is not None:
         d = result.solution.to_json()
         t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
@@ -100,6 +103,8 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         t.add_column("artifact / detail", overflow="fold")
         if d["gpu"]:
             _row(t, "gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
+        if d.get("machine"):
+            _row(t, "cpu architecture", d["machine"], "Linux aarch64 wheels; linux/arm64 images (build on an Arm host)")
         tk = d["toolkit"]
         _row(t, "platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
         if d["min_driver"]:
@@ -324,6 +329,14 @@ def print_doctor(host, findings, image: Optional[str], console: Optional[Console
             f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}; torch {host.torch or '-'}"
             + (f" (CUDA {host.torch_cuda})" if host.torch_cuda else "")
             + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else "")))
+    facts = _host_facts(host)
+    if facts:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="dim")
+        t.add_column(overflow="fold")
+        for label, text in facts:
+            _row(t, label, text)
+        c.print(t)
     style = {"error": "bold red", "warning": "yellow", "info": "cyan"}
     for sev in ("error", "warning", "info"):
         group = [f for f in findings if f.severity == sev]
@@ -338,6 +351,41 @@ def print_doctor(host, findings, image: Optional[str], console: Optional[Console
         c.print(t)
     if not any(f.severity in ("error", "warning") for f in findings):
         c.print("[green]healthy[/green]: no errors or warnings")
+
+
+# the CPU features worth a line: the widest vector and matrix units of each family
+_SHOWN_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "asimd", "sve", "sve2", "bf16", "i8mm", "sme")
+
+
+def _library_text(name: str, version: Optional[str], found: tuple) -> Optional[str]:
+    """ "cuDNN 9.19.0.56 (pip), also 9.14.0 (ldconfig)": the version a torch process loads first, then the others here."""
+    if not version:
+        return None
+    source = next((s for v, s in found if v == version), None)
+    others = [f"{v} ({s})" for v, s in found if v != version]
+    return f"{name} {version}" + (f" ({source})" if source else "") + (", also " + ", ".join(others) if others else "")
+
+
+def _host_facts(host) -> list[tuple[str, str]]:
+    """The host beside its GPUs, one short line each where known: OS, CPU and NUMA, build tools, cuDNN and NCCL."""
+    rows = []
+    system = ", ".join(x for x in (host.os_name, host.glibc and f"glibc {host.glibc}", host.kernel and f"kernel {host.kernel}",
+                                   host.machine) if x)
+    if system:
+        rows.append(("OS", system))
+    cpu = [x for x in (host.cpu_model, host.cpu_count and f"{host.cpu_count} CPUs") if x]
+    if host.numa_nodes:
+        lists = f" ({' | '.join(host.numa_cpus)})" if 1 < len(host.numa_cpus) <= 4 else ""
+        cpu.append(f"{host.numa_nodes} NUMA node{'s' if host.numa_nodes > 1 else ''}{lists}")
+    flags = [f for f in _SHOWN_CPU_FLAGS if f in host.cpu_flags]
+    if cpu:
+        rows.append(("CPU", ", ".join(cpu) + (f"; {' '.join(flags)}" if flags else "")))
+    if host.compilers:
+        rows.append(("build", ", ".join(f"{n} {v}" for n, v in host.compilers)))
+    libs = [x for x in (_library_text("cuDNN", host.cudnn, host.cudnn_found), _library_text("NCCL", host.nccl, host.nccl_found)) if x]
+    if libs:
+        rows.append(("libraries", "; ".join(libs)))
+    return rows
 
 
 def print_inspected(i: Inspected) -> None:

@@ -281,7 +281,9 @@ class Torch(Block):
     build: TorchBuild
 
     def from_pypi(self, ctx: PlanContext) -> bool:
-        return ctx.toolkit == "pip" and self.build.pypi and self.build.index_url is not None
+        """PyPI's own wheel (no PyTorch index) where it is this build: with the toolkit from PyPI too, and always on
+        aarch64, where PyPI's wheels carry no +local label."""
+        return (ctx.toolkit == "pip" or ctx.solution.machine == "aarch64") and self.build.pypi and self.build.index_url is not None
 
     def spec(self, ctx: PlanContext) -> str:
         return f"torch=={self.build.version if self.from_pypi(ctx) else self.build.pin}"
@@ -303,7 +305,8 @@ class Torch(Block):
             return copy + (Step("build-torch", title, why, PipStep((f"{WHEELHOUSE}/{wheel}",), find_links=ctx.find_links),
                                 ctx.index_network),)
         if self.from_pypi(ctx):
-            why += f"; {spec} from PyPI, whose torch {t.version} for Linux x86_64 is this {t.variant} build (--toolkit pip: no PyTorch index)"
+            why += (f"; {spec} from PyPI, whose torch {t.version} for Linux {ctx.solution.machine} is this {t.variant} build"
+                    + (" (--toolkit pip: no PyTorch index)" if ctx.toolkit == "pip" else ""))
         if ctx.offline or t.index_url is None or self.from_pypi(ctx):  # offline: from the carried wheelhouse
             return (Step("build-torch", title, why, PipStep((spec,), find_links=ctx.find_links), ctx.index_network),)
         url, network = ctx.network.url("build-torch", t.index_url)

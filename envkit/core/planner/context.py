@@ -6,7 +6,7 @@ Pure: plain values in, a PlanContext (or an InputError that names the fix) out.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from packaging.version import Version
@@ -121,6 +121,21 @@ def stack_text(sol: Solution) -> str:
     return ", ".join(parts)
 
 
+AARCH64_MARCH = "armv8.2-a"  # the csrc kernels' -march on aarch64: Grace (Neoverse V2) and Jetson Orin (Cortex-A78AE) both run it
+
+
+def _for_machine(sol: Solution, opts: Options) -> Options:
+    """An aarch64 stack's options: the kernels' -march default is an Arm one; an x86 -march is refused."""
+    if sol.machine != "aarch64":
+        return opts
+    if opts.host_march == Options().host_march:
+        return replace(opts, host_march=AARCH64_MARCH)
+    if opts.host_march.startswith(("x86", "skylake", "haswell", "znver", "icelake", "sapphirerapids")):
+        raise InputError(f"--host-march {opts.host_march} is an x86 CPU; the stack is for aarch64",
+                         f"drop --host-march (aarch64 images compile with -march={AARCH64_MARCH}), or use native")
+    return opts
+
+
 def _check_request(sol: Solution, opts: Options) -> None:
     if sol.vllm is not None and sol.platform == "rocm":
         raise InputError(f"vLLM {sol.vllm.version} on ROCm is built by vLLM's own Dockerfile.rocm, which envkit does not generate",
@@ -149,6 +164,7 @@ class PlanContext:
     @classmethod
     def create(cls, m: Matrix, sol: Solution, site: Site, opts: Options) -> PlanContext:
         """Check the request, pick the base images and the Python; refuse what cannot be planned."""
+        opts = _for_machine(sol, opts)
         _check_request(sol, opts)
         network = NetworkPolicy(site, opts.offline)
         devel, runtime, osr = base_os(m, sol, site)

@@ -136,6 +136,11 @@ def check_toolkit(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Conf
     q, out = c.q, list[Conflict]()
     if tk is None:
         return out
+    if q.machine == "aarch64" and "aarch64" not in tk.machines:
+        arm = [x.release for x in c.m.cuda if "aarch64" in x.machines]
+        out.append(Conflict("cuda.machine", f"no source envkit holds states that CUDA {tk.release}'s images ({tk.devel_image}) have a "
+                            "linux/arm64 build", f"use a CUDA whose images do: {', '.join(arm[-3:])}" if arm else "build on x86_64",
+                            tk.source))
     if q.driver is not None and q.driver < tk.min_driver:
         older = [x for x in c.m.cuda if q.driver >= x.min_driver]
         fix = f"upgrade the driver to >= {tk.min_driver}"
@@ -221,7 +226,9 @@ def _wheel_fits(wheel: str, py: Version) -> tuple[bool, Optional[tuple[int, int]
 def vllm_pick(c: Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[VllmPick], str]:
     """The vLLM build that goes with torch build b, or why none does: the PyPI wheel when b has its
     CUDA, else a GitHub build the release names for b's CUDA, else the PyPI wheel beside torch's
-    own PyPI build (the pair `pip install vllm` makes)."""
+    own PyPI build (the pair `pip install vllm` makes). On aarch64: PyPI's aarch64 wheel beside PyPI's aarch64 torch."""
+    if c.q.machine == "aarch64":
+        return _vllm_aarch64(b, py, v)
     if b.platform == "cuda" and b.toolkit is not None:
         same_major = v.wheel_cuda_major is None or v.wheel_cuda_major == b.toolkit.major
         if same_major and v.wheel_cuda is not None and b.toolkit == v.wheel_cuda:
@@ -245,6 +252,19 @@ def vllm_pick(c: Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[Vll
     if b.platform == "cpu" and v.cpu is not None:
         return VllmPick(v.cpu.wheel, f"https://pypi.org/project/{v.cpu.package}/{v.version}/", True, None, None, None), ""
     return None, ""
+
+
+def _vllm_aarch64(b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[VllmPick], str]:
+    """vLLM's Linux aarch64 wheel on PyPI. No extract states its CUDA or arch list: it is taken only beside PyPI's own
+    aarch64 torch build (the pair `pip install vllm` makes on an aarch64 host), its archs not claimed."""
+    if "aarch64" not in v.machines:
+        return None, f"vLLM {v.version} publishes no Linux aarch64 wheel (PyPI has x86_64 only)"
+    if b.platform != "cuda" or not b.pypi:
+        return None, f"vLLM {v.version}'s aarch64 wheel goes with PyPI's own aarch64 torch build, not torch {b.pin}"
+    wheel = next((w for w in v.aarch64_wheels if _wheel_fits(w, py)[0]), None)
+    if wheel is None:
+        return None, f"vLLM {v.version}'s aarch64 wheels are not for Python {py}"
+    return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, None, None, None), ""
 
 
 def _vllm_github(b: TorchBuild, py: Version, v: Vllm, x: VllmBuild) -> Optional[VllmPick]:
@@ -332,7 +352,8 @@ def _check_vllm_wheel(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Vers
                                 "use a newer CUDA toolkit (its images are on a newer OS), or an older vLLM", v.source))
     if c.gpu_cc and g is not None and g.vendor == "nvidia":
         if pick.archs is None:
-            out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} wheel for CUDA {pick.cuda or b.toolkit} was built for",
+            which = f"Linux aarch64 wheel ({pick.wheel})" if c.q.machine == "aarch64" else f"wheel for CUDA {pick.cuda or b.toolkit}"
+            out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} {which} was built for",
                                 "use a vLLM release whose wheel's arch list is known, or build vLLM from source for this GPU", v.source))
         elif not runs_on(pick.archs, pick.ptx, c.gpu_cc):
             archs = ", ".join(str(a) for a in pick.archs) + (f"+PTX {pick.ptx}" if pick.ptx else "")
@@ -390,6 +411,8 @@ def _fa_wheel(c: Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optiona
     """The prebuilt wheel's filename, only if the release's build matrix made it; else None and why."""
     if f.wheel_format is None:
         return None, f"flash-attn {f.version}'s setup.py never downloads a prebuilt wheel"
+    if c.q.machine == "aarch64" and not any(w.platform.endswith("aarch64") for w in f.wheels):
+        return None, f"flash-attn {f.version}'s release workflow builds wheels for Linux x86_64 only, none for aarch64"
     if f.wheel_set == "unknown":
         return None, (f"the build matrix of flash-attn {f.version} is not in envkit's source snapshots, "
                       "so no wheel filename is named (a wheel may exist on its GitHub release)")
@@ -403,7 +426,8 @@ def _fa_wheel(c: Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optiona
     abi = "TRUE" if b.cxx11abi else "FALSE"
     if tag is None or _tag_major(tag) != toolkit.major:
         return None, f"setup.py of flash-attn {f.version} would fetch a cu{tag} wheel (another CUDA major) for torch {b.pin}"
-    named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi and w.platform == "linux_x86_64"]
+    wheel_platform = "linux_aarch64" if c.q.machine == "aarch64" else "linux_x86_64"
+    named = [w for w in f.wheels if w.cuda == tag and w.torch_minor == minor and b.cxx11abi in w.abi and w.platform == wheel_platform]
     if not named:
         pairs = sorted({(Version(w.torch_minor), w.torch_minor, w.cuda) for w in f.wheels})
         built = [f"torch{minor}+cu{cuda}" for _v, minor, cuda in pairs]
@@ -538,8 +562,9 @@ def flash_attn_unary(c: Ctx, f: FlashAttn) -> int:
 
 
 def vllm_unary(c: Ctx, v: Vllm) -> int:
-    """Violations no torch, toolkit or Python choice can remove: an NVIDIA GPU none of its builds runs on."""
-    if c.gpu_cc is None or c.q.gpu is None or c.q.gpu.vendor != "nvidia":
+    """Violations no torch, toolkit or Python choice can remove: an NVIDIA GPU none of its builds runs on (the x86_64
+    builds' arch lists: an aarch64 wheel's is judged with its pick)."""
+    if c.gpu_cc is None or c.q.gpu is None or c.q.gpu.vendor != "nvidia" or c.q.machine == "aarch64":
         return 0
     builds = [v.runs_on_cc(c.gpu_cc)] + [None if x.archs is None else runs_on(x.archs, x.ptx, c.gpu_cc) for x in v.variants]
     return 1 if all(r is False for r in builds) else 0

@@ -178,11 +178,17 @@ def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Option
     check_values(f)
     q: dict[str, Any] = {"given": tuple(f.to_dict().items())}
     if f.gpu is not None:
+        if f.gpu.strip().lower() == "auto":
+            raise InputError("--gpu auto reads the GPU host's facts, which this command does not",
+                             "use it with envkit resolve, generate, bundle, build or lock (there --host-facts FILE reads a recorded "
+                             "host), or name the GPU: --gpu H100")
         q["gpu"] = find_gpu(m, f.gpu)
     if f.driver is not None:
         q["driver"] = _parse_driver(f.driver)
     if f.platform is not None:
         q["platform"] = _parse_platform(f.platform)
+    if f.platform_arch is not None:
+        q["machine"] = parse_machine(f.platform_arch)
     if f.cuda is not None:
         q["cuda"] = _toolkit_prefix(m, "cuda", f.cuda, [c.version for c in m.cuda], str)
     if f.rocm is not None:
@@ -211,6 +217,18 @@ def _parse_driver(text: str) -> Driver:
     if not re.fullmatch(r"[0-9]{3}(\.[0-9]{1,8}){0,2}", text.strip(), re.ASCII):
         raise InputError(f"--driver {shown(text)} is not a driver version", "write it like 535.104.05 (nvidia-smi's Driver Version)")
     return Driver.parse(text)
+
+
+MACHINE_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "x64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def parse_machine(text: str) -> str:
+    """--platform-arch: x86_64 or aarch64, also as Docker (amd64, arm64) and GitHub (x64) spell them."""
+    m = MACHINE_ALIASES.get(text.strip().lower())
+    if m is None:
+        raise InputError(f"--platform-arch {shown(text)} is not a CPU architecture envkit builds for",
+                         "use x86_64 (amd64) or aarch64 (arm64: GH200, GB200, Jetson)")
+    return m
 
 
 def _parse_platform(text: str) -> str:
@@ -405,6 +423,10 @@ def _refuse_contradictions(m: Matrix, q: Query) -> None:
             raise InputError(f"--torch {q.flags()['torch']} is built for {PLATFORM_WORD[plat]} {built}, "
                              f"{FLAG[plat]} {q.flags()[plat]} asks for another",
                              f"drop the +{q.torch_local} of --torch, or use {FLAG[plat]} {show(max(toolkits))}")
+    if q.gpu is not None and q.gpu.machine and q.machine and q.machine != q.gpu.machine:
+        raise InputError(f"--gpu {q.flags()['gpu']} is a {q.gpu.machine} system ({q.gpu.name}'s host CPU is Grace, an Arm CPU) and "
+                         f"--platform-arch {q.flags()['platform_arch']} asks for {q.machine}",
+                         f"drop --platform-arch (or write --platform-arch {q.gpu.machine})")
     if q.gpu is not None and claims and claims[0].platform == "cpu":
         cpu = claims[0]
         raise InputError(f"{cpu.shown} asks for a CPU stack, which drives no GPU, and --gpu {q.flags()['gpu']} names one",

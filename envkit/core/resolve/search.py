@@ -30,6 +30,7 @@ from envkit.core.resolve.checks import (
     vllm_unary,
 )
 from envkit.core.resolve.engines import resolve_engine
+from envkit.core.resolve.machine import AARCH64, aarch64_builds, aarch64_refusal, target_machine
 from envkit.core.resolve.pip_engines import resolve_pip_engine
 from envkit.core.resolve.query import KERNELS, given_version, local_builds, release_starts_with
 from envkit.model.engines import CONTAINER_ENGINES, PIP_ENGINES
@@ -89,6 +90,8 @@ def _torch_candidates(c: Ctx) -> list[TorchBuild]:
     builds = [b for b in m.torch if b.platform in plats and (c.torch_ok is None or b.version in c.torch_ok)
               and (q.torch_local is None or b.local == q.torch_local)
               and (q.dtk is None or b.platform != "dtk" or (b.toolkit is not None and release_starts_with(b.toolkit, q.dtk)))]
+    if q.machine == AARCH64:
+        builds = aarch64_builds(builds)
     if q.cuda is not None or q.rocm is not None:
         # a release with a build for the asked toolkit offers only that build: its other builds
         # would only produce a misleading "no build for CUDA X" in a nearest miss
@@ -134,6 +137,8 @@ def _choices(c: Ctx, strict: bool) -> Optional[_Choices]:
     """What a search may pick; None when a strict search has nothing free of unavoidable violations."""
     q = c.q
     vllms = [v for v in c.m.vllm if v.version in c.vllm_ok]
+    if q.machine == AARCH64:  # the releases with an aarch64 wheel, where any has one: the nearest miss is about them
+        vllms = [v for v in vllms if AARCH64 in v.machines] or vllms
     fas = [f for f in c.m.flash_attn if c.need_fa and (c.fa_ok is None or f.version in c.fa_ok)]
     if strict:
         vllms = [v for v in vllms if not vllm_unary(c, v)]
@@ -238,7 +243,7 @@ def _solution(c: Ctx, pick: _Pick) -> Solution:
         platform=b.platform, gpu=c.q.gpu, torch=b, toolkit=b.toolkit if tk is None else tk.version, cuda=tk,
         python=pick.python, min_driver=min_driver, devel_image=devel, runtime_image=runtime, flash_attn=fa_plan,
         vllm=pick.vllm, vllm_wheel=vw, vllm_url=vu, kernels=kernels, notes=notes + fa_notes + v_notes,
-        sources=tuple(dict.fromkeys(sources + fa_sources + v_sources)),
+        sources=tuple(dict.fromkeys(sources + fa_sources + v_sources)), machine=c.q.machine or "x86_64",
     )
 
 
@@ -407,6 +412,12 @@ def _image_python_warning(c: Ctx, pick: _Pick) -> tuple[str, ...]:
 
 def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
     """Newest consistent stack for q, or the conflicts of the nearest miss."""
+    if q.machine is None and target_machine(q) != "x86_64":
+        q = replace(q, machine=target_machine(q))
+    if q.machine == AARCH64:
+        refusal = aarch64_refusal(m, q, _platforms(m, q))
+        if refusal is not None:
+            return Result(q, None, (refusal,), _suggestions(m, q) if suggest else ())
     if q.engine in CONTAINER_ENGINES:
         return resolve_engine(m, q)
     if q.engine in PIP_ENGINES:
@@ -422,11 +433,15 @@ def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
         have = sorted({b.pin for b in m.torch if q.torch is None or c.admits(q.torch, b.version)})
         conflicts = [Conflict("torch.no-variant", f"no torch build matches {asked or 'the query'} on platform {'/'.join(_platforms(m, q))}",
                               f"use one of: {', '.join(have[-8:])}", "doc:matrix.toml [[torch]]")]
-    suggestions = []
-    if suggest:
-        for key, _value in q.given:
-            alt = resolve(m, q.without(key), suggest=False)
-            if alt.solution is not None:
-                suggestions.append((key, alt.solution.flat()))
     unique = tuple(dict.fromkeys(conflicts))
-    return Result(q, None, unique, tuple(suggestions))
+    return Result(q, None, unique, _suggestions(m, q) if suggest else ())
+
+
+def _suggestions(m: Matrix, q: Query) -> tuple[tuple[str, dict[str, str]], ...]:
+    """Each given flag whose removal gives a solution, with that solution's few fields."""
+    out = []
+    for key, _value in q.given:
+        alt = resolve(m, q.without(key), suggest=False)
+        if alt.solution is not None:
+            out.append((key, alt.solution.flat()))
+    return tuple(out)

@@ -276,13 +276,17 @@ def test_newcomer_1_7_doctor_deep_says_it_waits_for_the_subprocess_before_it_sta
     from envkit.app import doctor as app_doctor
 
     events: list[str] = []
-    monkeypatch.setattr(app_doctor.probe, "collect", lambda deep_mode=False: events.append(f"probe deep={deep_mode}") or {"schema": 1})
-    app_doctor.run(deep=deep, reporter=_Said(events))
+    def collect(deep_mode=False, sections=None):
+        events.append(f"probe deep={deep_mode} {'host' if sections and 'python' not in sections else 'python'}")
+        return {"schema": 1, "python": {"python": "3.11.7", "executable": sys.executable}}
+
+    monkeypatch.setattr(app_doctor.probe, "collect", collect)
+    app_doctor.run(deep=deep, reporter=_Said(events), pythons=(sys.executable,), images=False)  # envkit's own: read in-process
     if said:
-        assert len(events) == 2 and events[1] == "probe deep=True", events
+        assert len(events) == 3 and events[1:] == ["probe deep=False host", "probe deep=True python"], events
         assert events[0].startswith("say: doctor --deep: importing torch") and f"at most {probe.DEEP_TIMEOUT:.0f} s" in events[0]
     else:
-        assert events == ["probe deep=False"]
+        assert events == ["probe deep=False host", "probe deep=False python"]
 
 
 def test_newcomer_1_7_doctor_deep_status_line_goes_to_stderr_and_quiet_drops_it():

@@ -1,6 +1,7 @@
 """The commands that check: selftest (here, in an image, or a serving sweep), doctor, inspect."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import replace
@@ -101,22 +102,30 @@ def doctor(
     image: Optional[str] = typer.Option(None, "--image", help="judge this image's stack on this host's GPUs"),
     for_: Optional[str] = typer.Option(None, "--for", help="would this stack work here? resolve flags as one string"),
     facts_file: Optional[str] = typer.Option(None, "--facts", help="judge a recorded facts JSON instead of this host"),
+    pythons: list[str] = typer.Option([], "--python", metavar="PATH", help="judge this interpreter's stack (repeatable; the first is "
+                                      "the one --for resolves for); default: the active environment, python3 on PATH, conda's environments"),
+    images: bool = typer.Option(True, "--images/--no-images", help="also judge the envkit-built images on the engine, from their labels"),
     dry_run: bool = typer.Option(False, "--dry-run", help="with --image: print the probe's container (GPU devices, groups, "
                                  "mounts) and run nothing"),
     as_json: bool = opt.as_json(),
     junit_path: Optional[str] = opt.junit("also write the findings as JUnit XML"),
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
-    """Inspect this GPU host (or an image on it): what is wrong, why, and how to fix it."""
+    """Inspect this GPU host (its Pythons, or an image on it): what is wrong, why, and how to fix it."""
     if dry_run:
         if not image:
             raise InputError("--dry-run shows the container of doctor --image", "add --image IMAGE, or drop --dry-run")
         return finish(app.doctor.plan_image(image, deep), as_json, lambda p: ui.report.print_planned_run(p.to_json()))
     if junit_path:
         ui.junit.prepare(junit_path)
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        d = app.doctor.run(matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file, reporter=reporter)
-    finish(d, as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), image), junit_path,
+    run = functools.partial(app.doctor.run, matrix_path=matrix_path, deep=deep, image=image, for_=for_, facts_file=facts_file,
+                            pythons=tuple(pythons), images=images)
+    if as_json and not deep:  # nothing to show while it runs: no progress display to start
+        d = run()
+    else:
+        with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+            d = run(reporter=reporter)
+    finish(d, as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), image, environments=d.environments), junit_path,
            f"envkit doctor{' --image ' + image if image else ''}", lambda: ui.junit.doctor_cases(list(d.findings)))
 
 

@@ -64,6 +64,8 @@ class Host:
     cudnn_found: tuple[tuple[str, str], ...] = ()
     nccl: Optional[str] = None
     nccl_found: tuple[tuple[str, str], ...] = ()
+    python: Optional[str] = None  # the judged interpreter's version (3.12.3) and path
+    python_path: Optional[str] = None
 
     @classmethod
     def from_case(cls, f: dict[str, Any]) -> "Host":
@@ -116,7 +118,8 @@ class Host:
                    kernel=osf.text("kernel"), machine=osf.text("machine"), cpu_model=cpu.text("model"),
                    cpu_count=cpu.integer("logical"), cpu_flags=cpu.texts("flags"), numa_nodes=numa.integer("count"),
                    numa_cpus=tuple(n.text("cpulist") or "" for n in numa.tables("nodes")), compilers=compilers,
-                   cudnn=cudnn.text("version"), cudnn_found=_found(cudnn), nccl=nccl.text("version"), nccl_found=_found(nccl))
+                   cudnn=cudnn.text("version"), cudnn_found=_found(cudnn), nccl=nccl.text("version"), nccl_found=_found(nccl),
+                   python=py.text("python"), python_path=py.text("executable"))
 
 
 def _found(lib: "_Facts") -> tuple[tuple[str, str], ...]:

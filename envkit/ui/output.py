@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 from envkit.model.solution import Result
-from envkit.ui.report import print_result
 
 
 def print_json(doc: Any) -> None:
@@ -18,4 +17,6 @@ def show_result(result: Result, as_json: bool) -> None:
     if as_json:
         print_json(result.to_json())
     else:
+        from envkit.ui.report import print_result  # rich only where people read the output
+
         print_result(result)

@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from envkit.core.planner.context import NVCC_WHEEL_SINCE
 from envkit.model.flags import FLAG
 from envkit.model.matrix import Matrix, dtk_text
 from envkit.model.solution import Result
@@ -113,6 +112,8 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
             _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
         wheels, cuda = result.solution.toolkit_wheels, result.solution.cuda
         if wheels and cuda is not None:
+            from envkit.core.planner.context import NVCC_WHEEL_SINCE
+
             usable = cuda.version >= NVCC_WHEEL_SINCE
             _row(t, "toolkit wheels", "--toolkit pip" if usable else "(ptxas only)", " ".join(w.pin for w in wheels) + (
                  "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)" if usable else
@@ -322,11 +323,28 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         c.print(la)
 
 
-def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None) -> None:
+def print_doctor(host, findings, image: Optional[str], console: Optional[Console] = None, environments: tuple = ()) -> None:
     c = console or _console()
+    _print_doctor_host(c, host, findings, image)
+    if environments:
+        t = Table(title="the host's other environments, each judged on its own", title_justify="left", header_style="bold")
+        for col in ("environment", "found as", "stack", "verdict"):
+            t.add_column(col, overflow="fold")
+        for e in environments:
+            worst = [f for f in e.findings if f.severity in ("error", "warning")]
+            verdict = (Text(f"probe failed: {e.error}", style=RULE_STYLE) if e.error else
+                       Text("; ".join(f"{f.severity} {f.rule}: {f.seen}" for f in worst), style=RULE_STYLE if not e.ok else "yellow")
+                       if worst else Text("healthy", style="green"))
+            _row(t, e.name, e.why, e.stack or "-", verdict)
+        c.print(t)
+
+
+def _print_doctor_host(c: Console, host, findings, image: Optional[str]) -> None:
     gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in host.gpus) or host.dcu_name or "none"
     c.print("[bold]envkit doctor[/bold]" + _e(f"{' for image ' + image if image else ''}: GPUs {gpus}; driver {host.driver or '-'}"
-            f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}; torch {host.torch or '-'}"
+            f" (CUDA {host.cuda_driver or '-'}); nvcc {host.nvcc or '-'}"
+            + (f"; python {host.python} ({host.python_path})" if host.python and host.python_path and not image else "")
+            + f"; torch {host.torch or '-'}"
             + (f" (CUDA {host.torch_cuda})" if host.torch_cuda else "")
             + (f"; flash-attn {host.flash_attn}" if host.flash_attn else "") + (f"; vLLM {host.vllm}" if host.vllm else "")))
     facts = _host_facts(host)

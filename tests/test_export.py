@@ -456,3 +456,18 @@ def test_junit_from_selftest_and_doctor():
     assert cases[0].name == "driver.too-old" and not cases[0].ok
     assert {c.classname for c in cases if c.ok} >= {"envkit.doctor.torch", "envkit.doctor.flash-attn"}
     ET.fromstring(to_xml("d", cases))
+
+
+def test_bake_builds_both_platforms_where_the_stack_resolves_for_both(tmp_path):
+    """Issue 25: a target whose stack has Linux aarch64 wheels (PyPI's torch 2.13.0 CPU build is published for both) gets
+    a linux/arm64 target beside its linux/amd64 one; a CUDA 12.8 stack, whose aarch64 torch builds state no arch list,
+    stays amd64; a Grace target (GB200) is arm64 alone, under its own name."""
+    doc = json.loads((GOLD / FILES["bake"]).read_text())
+    t = doc["target"]
+    assert t["cpu-demo"]["platforms"] == ["linux/amd64"] and t["cpu-demo-arm64"]["platforms"] == ["linux/arm64"]
+    assert t["cpu-demo-arm64"]["context"] == "envkit-contexts/cpu-demo-arm64"
+    assert t["cpu-demo-arm64"]["tags"] == ["registry.corp.example:5000/llm/envkit-cpu-demo:latest-arm64"]
+    assert t["h200-cu128"]["platforms"] == ["linux/amd64"] and "h200-cu128-arm64" not in t
+    project = _write(tmp_path, '[[target]]\nname = "gb200"\ngpu = "GB200"\ntorch = "2.14.1"\noffline = true\n')
+    gb = json.loads(_text(project, "bake"))["target"]
+    assert list(gb) == ["gb200"] and gb["gb200"]["platforms"] == ["linux/arm64"]

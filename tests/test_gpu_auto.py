@@ -104,7 +104,7 @@ def test_a_host_without_a_gpu_says_how_to_record_one():
     (["--gpu", "H100", "--host-facts", "x.json"], "--host-facts is what --gpu auto reads"),
     (["--gpu", "auto", "--host-facts", "/nonexistent/facts.json"], "facts file"),
     (["--platform-arch", "riscv64"], "is not a CPU architecture envkit builds for"),
-    (["--gpu", "GB200", "--platform-arch", "x86_64"], "is a aarch64 system"),
+    (["--gpu", "GB200", "--platform-arch", "x86_64"], "is an aarch64 system"),
 ])
 def test_bad_auto_input_is_one_line_and_exit_2(args, needle):
     p = subprocess.run([sys.executable, "-m", "envkit", "resolve", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -16,6 +16,7 @@ from envkit.core import export as export_core
 from envkit.core.export import FORMATS
 from envkit.core.inferred import inferred_entries
 from envkit.core.resolve import parse_query
+from envkit.core.resolve.query import parse_machine
 from envkit.core.resolve import resolve as solve
 from envkit.errors import InputError, MatrixError
 from envkit.matrixgen import refresh as derived
@@ -191,6 +192,28 @@ def _solve_targets(project: Project, matrix_path: Optional[str], fmt: str = "jso
     return gpu, unsolved
 
 
+def _solves(m: Matrix, flags: dict[str, str]) -> bool:
+    try:
+        return solve(m, parse_query(m, ResolveFlags.from_mapping(flags))).ok
+    except InputError:  # e.g. a Grace GPU asked for x86_64
+        return False
+
+
+def _machines(project: Project, matrix_path: Optional[str]) -> dict[str, tuple[str, ...]]:
+    """The CPU architectures each target's stack resolves for: its --platform-arch where it names one, else every
+    architecture that gives a solution (x86_64 first)."""
+    m = matrix_file.load(matrix_path)
+    out: dict[str, tuple[str, ...]] = {}
+    for t in project.targets:
+        flags = t.flag_dict()
+        if "platform_arch" in flags:
+            out[t.name] = (parse_machine(flags["platform_arch"]),)
+            continue
+        ok = [machine for machine in ("x86_64", "aarch64") if _solves(m, {**flags, "platform_arch": machine})]
+        out[t.name] = tuple(ok) or ("x86_64",)
+    return out
+
+
 def export_project(project: str, fmt: str, contexts: str, out: Optional[str],
                    matrix_path: Optional[str] = None) -> Union[Exported, ExportUnsolved]:
     """Every target is resolved and every input checked before anything is written; the text is written whole
@@ -211,7 +234,7 @@ def export_project(project: str, fmt: str, contexts: str, out: Optional[str],
     gpu, unsolved = _solve_targets(p, matrix_path, fmt)
     if unsolved:
         return ExportUnsolved(tuple(unsolved))
-    text = export_core.export(p, fmt, contexts, install, gpu)
+    text = export_core.export(p, fmt, contexts, install, gpu, _machines(p, matrix_path) if fmt == "bake" else None)
     if out:
         target = Path(out)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -192,18 +192,34 @@ def gitlab(p: Project, install: Install, labels: Mapping[str, Optional[Labels]],
     return doc
 
 
-def bake(p: Project, contexts: str) -> dict[str, Any]:
-    """Contexts: each target's directory from `envkit generate -o` (mirror targets) or `envkit bundle -o` (offline ones)."""
+PLATFORM_OF = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+
+
+def _image_for(image: str, machine: str) -> str:
+    """An aarch64 build's tag beside the x86_64 one: REPO:TAG-arm64 (each platform's stack is its own context)."""
+    if machine == "x86_64":
+        return image
+    repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "latest")
+    return f"{repo}:{tag}-arm64"
+
+
+def bake(p: Project, contexts: str, machines: Optional[Mapping[str, tuple[str, ...]]] = None) -> dict[str, Any]:
+    """Contexts: each target's directory from `envkit generate -o` (mirror targets) or `envkit bundle -o` (offline ones).
+    A target whose stack resolves for both CPU architectures gets a linux/arm64 target beside its linux/amd64 one
+    (its context generated with --platform-arch aarch64 into CONTEXTS/NAME-arm64)."""
     targets = {}
     for t in p.targets:
-        targets[t.name] = {
-            "context": f"{contexts}/{t.name}",
-            "dockerfile": "Dockerfile",
-            "tags": [t.image],
-            "network": "none" if t.offline else "default",
-            "labels": {"io.envkit.target": t.name},
-        }
-    return {"group": {"default": {"targets": [t.name for t in p.targets]}}, "target": targets}
+        for machine in (machines or {}).get(t.name, ("x86_64",)):
+            name = t.name if machine == "x86_64" or "x86_64" not in (machines or {}).get(t.name, ()) else f"{t.name}-arm64"
+            targets[name] = {
+                "context": f"{contexts}/{name}",
+                "dockerfile": "Dockerfile",
+                "tags": [_image_for(t.image, machine) if name != t.name else t.image],
+                "platforms": [PLATFORM_OF[machine]],
+                "network": "none" if t.offline else "default",
+                "labels": {"io.envkit.target": t.name},
+            }
+    return {"group": {"default": {"targets": list(targets)}}, "target": targets}
 
 
 def plain(p: Project) -> dict[str, Any]:
@@ -234,7 +250,7 @@ def k8s(p: Project, gpu_targets: Collection[str]) -> str:
 
 
 def export(p: Project, fmt: str, contexts: str = "envkit-contexts", install: Optional[Install] = None,
-           gpu_targets: Collection[str] = ()) -> str:
+           gpu_targets: Collection[str] = (), machines: Optional[Mapping[str, tuple[str, ...]]] = None) -> str:
     """The export's text. github and gitlab need `install` (from [ci] envkit; a wheel already hashed) and the names
     of the targets that need a GPU (from their solutions); every string written is checked first."""
     if fmt not in FORMATS:
@@ -242,7 +258,7 @@ def export(p: Project, fmt: str, contexts: str = "envkit-contexts", install: Opt
     check_text("project path", p.path)
     if fmt == "bake":
         check_text("--contexts", contexts)
-        return json.dumps(bake(p, contexts), indent=2) + "\n"
+        return json.dumps(bake(p, contexts, machines), indent=2) + "\n"
     if fmt == "json":
         return json.dumps(plain(p), indent=2) + "\n"
     if fmt == "k8s":

@@ -424,7 +424,7 @@ def _refuse_contradictions(m: Matrix, q: Query) -> None:
                              f"{FLAG[plat]} {q.flags()[plat]} asks for another",
                              f"drop the +{q.torch_local} of --torch, or use {FLAG[plat]} {show(max(toolkits))}")
     if q.gpu is not None and q.gpu.machine and q.machine and q.machine != q.gpu.machine:
-        raise InputError(f"--gpu {q.flags()['gpu']} is a {q.gpu.machine} system ({q.gpu.name}'s host CPU is Grace, an Arm CPU) and "
+        raise InputError(f"--gpu {q.flags()['gpu']} is an {q.gpu.machine} system ({q.gpu.name}'s host CPU is Grace, an Arm CPU) and "
                          f"--platform-arch {q.flags()['platform_arch']} asks for {q.machine}",
                          f"drop --platform-arch (or write --platform-arch {q.gpu.machine})")
     if q.gpu is not None and claims and claims[0].platform == "cpu":

@@ -66,7 +66,7 @@ def test_a_gpu_image_that_sees_no_gpu_fails_with_the_fix():
 
 def test_device_nodes_without_a_gpu_in_torch_are_named():
     c = script.target_check(script.built_for(_solution()), _seen(nodes=("/dev/nvidiactl",)))
-    assert c is not None and not c["ok"] and "the container has /dev/nvidiactl but torch sees no GPU" in c["detail"]
+    assert c is not None and not c["ok"] and "/dev/nvidiactl is here but torch sees no GPU" in c["detail"]
 
 
 def test_allow_cpu_is_the_only_way_to_pass_without_a_gpu():

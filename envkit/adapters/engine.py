@@ -60,12 +60,6 @@ class Engine:
     def __init__(self, client) -> None:
         self.client = client
 
-    @staticmethod
-    def socket_present() -> bool:
-        """Whether an engine could answer at DOCKER_HOST without trying: a unix socket that exists, or a TCP address."""
-        host = os.environ.get("DOCKER_HOST", DEFAULT_HOST)
-        return not host.startswith("unix://") or os.path.exists(host[len("unix://"):])
-
     @classmethod
     def connect(cls) -> "Engine":
         try:
@@ -113,14 +107,6 @@ class Engine:
 
     def labels(self, ref: str) -> dict[str, str]:
         return dict(self.client.images.get(ref).labels or {})
-
-    def labelled_images(self, label: str) -> list[tuple[str, dict[str, str]]]:
-        """(first tag, labels) of every tagged image that carries `label`."""
-        out = []
-        for img in self.client.images.list(filters={"label": label}):
-            if img.tags:
-                out.append((sorted(img.tags)[0], dict(img.labels or {})))
-        return sorted(out)
 
     def pull(self, ref: str) -> None:
         self.client.images.pull(ref)

@@ -195,17 +195,16 @@ def _environments(m: Matrix, host_record: dict[str, Any], interps: list[interpre
 def _images(m: Matrix, host_record: dict[str, Any], base: list[Finding]) -> list[Environment]:
     """envkit-built images on the engine (by their solution label), each judged from its label on this host's GPUs;
     nothing when no engine answers here (doctor never starts one)."""
-    if not Engine.socket_present():
-        return []
-    try:
-        engine = Engine.connect()
-    except ExternalError:
+    from envkit.adapters import engine_api
+
+    listed = engine_api.labelled_images(containers.SOLUTION_LABEL)
+    if listed is None:
         return []
     from envkit.app.inspect import image_on_host
 
     out = []
     bare = Host.from_json(host_record)
-    for ref, labels in engine.labelled_images(containers.SOLUTION_LABEL):
+    for ref, labels in listed:
         sol = containers.image_solution(labels)
         if sol is None:
             continue

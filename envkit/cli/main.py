@@ -14,7 +14,6 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from envkit import __version__, ui
-from envkit.cli import checks, compare, matrix, stack
 from envkit.cli.help import EXIT_CODES, epilog
 from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EnvkitError, InputError
 
@@ -27,19 +26,48 @@ class ProgressMode(str, Enum):
     none = "none"
 
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=EXIT_CODES,
-                  help="Resolve, generate, build and self-test GPU environments for LLM serving.")
-COMMANDS: tuple[Callable[..., None], ...] = (stack.resolve, stack.generate, stack.lock, stack.bundle, stack.build, checks.selftest,
-                                             checks.serve, checks.push, checks.doctor, checks.inspect,
-                                             compare.compare)
-MATRIX_COMMANDS: tuple[Callable[..., None], ...] = (matrix.export, matrix.check, matrix.refresh, matrix.show)
-for command in COMMANDS:
-    app.command(epilog=epilog(command.__name__))(command)
+# each command's module, imported only when the command runs (a doctor run imports no build machinery); --help,
+# an unknown word and shell completion register them all
+COMMANDS: dict[str, str] = {"resolve": "stack", "generate": "stack", "lock": "stack", "bundle": "stack", "build": "stack",
+                            "selftest": "checks", "serve": "checks", "push": "checks", "doctor": "checks", "inspect": "checks",
+                            "compare": "compare"}
+MATRIX_COMMANDS: tuple[str, ...] = ("export", "check", "refresh", "show")
+_VALUED_GLOBALS = {"--progress"}
 
-matrix_app = typer.Typer(no_args_is_help=True, help="Inspect and validate matrix.toml; export a project's targets to CI.")
-for command in MATRIX_COMMANDS:
-    matrix_app.command(command.__name__, epilog=epilog(command.__name__))(command)
-app.add_typer(matrix_app, name="matrix")
+
+def _asked(args: Sequence[str]) -> Optional[str]:
+    """The command word of the arguments (after the global options), where it names one; None for --help and the rest."""
+    it = iter(args)
+    for a in it:
+        if a in _VALUED_GLOBALS:
+            next(it, None)
+        elif a.startswith("-"):
+            if a in ("--help", "--version") or a.startswith("--install-completion") or a.startswith("--show-completion"):
+                return None
+        else:
+            return a if a in COMMANDS or a == "matrix" else None
+    return None
+
+
+def make_app(only: Optional[str] = None) -> typer.Typer:
+    """The command line with every command, or with `only` (a command, or "matrix") and its module alone."""
+    import importlib
+
+    app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, epilog=EXIT_CODES,
+                      help="Resolve, generate, build and self-test GPU environments for LLM serving.")
+    app.callback()(root)
+    for name, module in COMMANDS.items():
+        if only is None or only == name:
+            command = getattr(importlib.import_module(f"envkit.cli.{module}"), name)
+            app.command(epilog=epilog(name))(command)
+    if only is None or only == "matrix":
+        from envkit.cli import matrix
+
+        matrix_app = typer.Typer(no_args_is_help=True, help="Inspect and validate matrix.toml; export a project's targets to CI.")
+        for name in MATRIX_COMMANDS:
+            matrix_app.command(name, epilog=epilog(name))(getattr(matrix, name))
+        app.add_typer(matrix_app, name="matrix")
+    return app
 
 
 def _version(value: bool) -> None:
@@ -48,7 +76,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print envkit's version and exit"),
     verbose: int = typer.Option(0, "-v", "--verbose", count=True, help="more detail: a traceback with an internal error"),
@@ -70,9 +97,9 @@ def _command_path(exc: Any, args: Sequence[str]) -> str:
     if path != "envkit":
         return path
     words = [a for a in args if not a.startswith("-")][:2]
-    if words and words[0] == "matrix" and len(words) > 1 and words[1] in {c.__name__ for c in MATRIX_COMMANDS}:
+    if words and words[0] == "matrix" and len(words) > 1 and words[1] in MATRIX_COMMANDS:
         return f"envkit matrix {words[1]}"
-    if words and words[0] in {c.__name__ for c in COMMANDS} | {"matrix"}:
+    if words and words[0] in set(COMMANDS) | {"matrix"}:
         return f"envkit {words[0]}"
     return "envkit"
 
@@ -120,7 +147,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         nul = next((a for a in args if "\0" in a), None)
         if nul is not None:  # no shell can pass one; a program calling envkit can
             raise InputError(f"argument {nul!r} holds a NUL character", "pass arguments without NUL bytes")
-        rv = app(args=args, prog_name="envkit", standalone_mode=False)
+        rv = make_app(_asked(args))(args=args, prog_name="envkit", standalone_mode=False)
     except EnvkitError as exc:
         _fail(args, KINDS.get(exc.exit_code, "error"), exc.exit_code, exc.message, exc.fix)
     except KeyboardInterrupt:

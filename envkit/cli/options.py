@@ -12,7 +12,6 @@ import typer
 from envkit import ui
 from envkit.errors import EXIT_NO_SOLUTION
 from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
-from envkit.model.plan import SERVE_PORT
 from envkit.model.solution import Unsolved
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,6 +63,8 @@ def model_mount() -> Any:
 
 
 def serve_port() -> Any:
+    from envkit.model.plan import SERVE_PORT  # the build commands' module imports it; doctor's does not
+
     return typer.Option(SERVE_PORT, "--serve-port", help="the port the server listens on in the container")
 
 

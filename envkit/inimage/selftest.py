@@ -747,7 +747,8 @@ def target_check(target, seen: dict, allow_cpu: bool = False) -> dict | None:
             return {"name": TARGET_CHECK, "ok": True, "allowed_cpu": True,
                     "detail": f"no GPU here; --allow-cpu: the image is built for {what}, and only its CPU path was tested"}
         nodes = seen.get("nodes") or []
-        here = f"the container has {', '.join(nodes)} but torch sees no GPU" if nodes else "no GPU device is in the container"
+        here = (f"{', '.join(nodes)} {'is' if len(nodes) == 1 else 'are'} here but torch sees no GPU (CUDA_VISIBLE_DEVICES, "
+                "HIP_VISIBLE_DEVICES or the container's device list hides them)" if nodes else "no GPU device is in the container")
         return {"name": TARGET_CHECK, "ok": False,
                 "detail": f"built for {what}, but {here}: run it where the GPUs are passed in (envkit selftest --image passes "
                           "them; docker run --gpus all for NVIDIA, --device /dev/kfd --device /dev/dri for AMD and Hygon; a CI "

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich is imported where a console is made: a --json run never needs it
+    from rich.console import Console
 
 PROGRESS_MODES = ("auto", "plain", "none")
 
@@ -35,7 +37,9 @@ def current() -> Settings:
 PIPE_WIDTH = 160  # into a pipe or a CI log, where rich would assume 80 columns and split URLs and image names
 
 
-def console(stderr: bool = False) -> Console:
+def console(stderr: bool = False) -> "Console":
+    from rich.console import Console
+
     s = _current
     stream = sys.stderr if stderr else sys.stdout
     width = None if "COLUMNS" in os.environ or _is_tty(stream) else PIPE_WIDTH

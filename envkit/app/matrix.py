@@ -16,8 +16,8 @@ from envkit.core import export as export_core
 from envkit.core.export import FORMATS
 from envkit.core.inferred import inferred_entries
 from envkit.core.resolve import parse_query
-from envkit.core.resolve.query import parse_machine
 from envkit.core.resolve import resolve as solve
+from envkit.core.resolve.query import parse_machine
 from envkit.errors import InputError, MatrixError
 from envkit.matrixgen import refresh as derived
 from envkit.model.flags import ResolveFlags

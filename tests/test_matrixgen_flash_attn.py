@@ -3,6 +3,7 @@ turns them into [[flash_attn]] rows, and the shipped matrix says what the commit
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from envkit.config import matrix_file as matrix
 from envkit.matrixgen import derive_flash_attn as d
+from envkit.matrixgen import flash_attn_kernels as fk
 from envkit.matrixgen import flash_attn_source as src
 from envkit.matrixgen import refresh
 
@@ -224,3 +226,223 @@ def test_code_the_interpreter_cannot_express_stops_the_extraction() -> None:
         """)
     with pytest.raises(src.Unrecognised):
         src.wheel_name_rule(ast.parse(code))
+
+
+# ---------------------------------------------------------------- the CUDA extension's sources (sdist.cuda_extension)
+
+KERNEL_CU = textwrap.dedent("""\
+    // Copyright (c) 2024, Tri Dao.
+    #include "namespace_config.h"
+    #include "flash_fwd_launch_template.h"
+
+    // template<>
+    // void run_mha_fwd_<cutlass::half_t, 64, true>(Flash_fwd_params &params, cudaStream_t stream) { }
+    /* template<> void run_mha_fwd_<cutlass::half_t, 32, true>(Flash_fwd_params &params, cudaStream_t stream) {} */
+    namespace FLASH_NAMESPACE {
+
+    template<>
+    void run_mha_fwd_<cutlass::half_t, 128, true>(Flash_fwd_params &params, cudaStream_t stream) {
+        run_mha_fwd_hdim128<cutlass::half_t, true>(params, stream);
+    }
+
+    } // namespace FLASH_NAMESPACE
+    """)
+
+SPLIT_CU = ('#include "flash_fwd_launch_template.h"\n\n'
+            "template void run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 256>(Flash_fwd_params &params, cudaStream_t stream);\n")
+
+BWD_CU = ("template<>\nvoid run_mha_bwd_<cutlass::half_t, 128>(Flash_bwd_params &params, cudaStream_t stream, const bool configure) {\n"
+          "    run_mha_bwd_hdim128<cutlass::half_t>(params, stream, configure);\n}\n")
+
+
+@pytest.mark.parametrize("name,want", [
+    ("flash_fwd_hdim128_fp16_causal_sm80.cu", {"kind": "fwd", "hdim": 128, "dtype": "fp16", "causal": True, "arch": "sm80"}),
+    ("flash_fwd_split_hdim256_bf16_sm80.cu", {"kind": "fwd_split", "hdim": 256, "dtype": "bf16", "causal": None, "arch": "sm80"}),
+    ("csrc/x/flash_bwd_hdim64_bf16_sm90.cu", {"kind": "bwd", "hdim": 64, "dtype": "bf16", "causal": None, "arch": "sm90"}),
+    ("flash_fwd_hdim64_e4m3_sm90.cu", {"kind": "fwd", "hdim": 64, "dtype": "fp8", "causal": None, "arch": "sm90"}),
+    ("flash_fwd_hdim64_fp16_gqa2_sm90.cu", None),
+    ("flash_api.cpp", None),
+])
+def test_kernel_file_names_are_split_into_their_parts(name: str, want) -> None:
+    assert fk.kernel_name(name) == want
+
+
+def test_the_specialization_a_cu_file_defines_is_read_without_its_comments() -> None:
+    specs = fk.specializations(KERNEL_CU)
+    assert specs == [{"form": "specialization", "returns": "void", "function": "run_mha_fwd_",
+                      "template_args": ["cutlass::half_t", "128", "true"], "params": "Flash_fwd_params &params, cudaStream_t stream",
+                      "namespace": "FLASH_NAMESPACE", "line": 10}]
+    (split,) = fk.specializations(SPLIT_CU)
+    assert (split["form"], split["function"], split["template_args"], split["namespace"], split["line"]) == \
+        ("instantiation", "run_mha_fwd_splitkv_dispatch", ["cutlass::bfloat16_t", "256"], None, 3)
+    (bwd,) = fk.specializations(BWD_CU)
+    assert bwd["params"] == "Flash_bwd_params &params, cudaStream_t stream, const bool configure"
+    # a primary template and a declaration define no specialization
+    assert fk.specializations("template<typename T, int D> void run_mha_fwd_(Flash_fwd_params &p);\n"
+                              "template<> void run_mha_fwd_<cutlass::half_t, 64>(Flash_fwd_params &p);\n") == []
+
+
+LITERAL_SETUP = textwrap.dedent("""\
+    import os
+    import glob
+    from torch.utils.cpp_extension import CUDAExtension, IS_HIP_EXTENSION
+    SKIP_CUDA_BUILD = os.getenv("FLASH_ATTENTION_SKIP_CUDA_BUILD", "FALSE") == "TRUE"
+    IS_ROCM = True if IS_HIP_EXTENSION else False
+    ext_modules = []
+    if not SKIP_CUDA_BUILD and not IS_ROCM:
+        ext_modules.append(
+            CUDAExtension(
+                name="flash_attn_2_cuda",
+                sources=[
+                    "csrc/flash_attn/flash_api.cpp",
+                    "csrc/flash_attn/src/flash_fwd_hdim128_fp16_sm80.cu",
+                    "csrc/flash_attn/src/flash_fwd_hdim128_fp16_causal_sm80.cu",
+                    "csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu",
+                ],
+            )
+        )
+    elif not SKIP_CUDA_BUILD and IS_ROCM:
+        renamed_sources = ["csrc/flash_attn_ck/flash_api.cu"] + glob.glob("build/fmha_*wd*.cu")
+        ext_modules.append(CUDAExtension(name="flash_attn_2_cuda", sources=renamed_sources))
+    """)
+
+
+def test_the_cuda_extension_is_the_one_on_the_cuda_path_with_its_sources_as_written() -> None:
+    ext = fk.extension_sources(LITERAL_SETUP, [])
+    assert ext is not None and ext.name == "flash_attn_2_cuda" and ext.line == 9 and not ext.computed
+    assert ext.guard == ["not SKIP_CUDA_BUILD and (not IS_ROCM)"]
+    assert ext.sources == ["csrc/flash_attn/flash_api.cpp", "csrc/flash_attn/src/flash_fwd_hdim128_fp16_sm80.cu",
+                           "csrc/flash_attn/src/flash_fwd_hdim128_fp16_causal_sm80.cu", "csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu"]
+    old = fk.extension_sources(LITERAL_SETUP.replace("flash_attn_2_cuda", "flash_attn_cuda"), [])
+    assert old is not None and old.name == "flash_attn_cuda"
+    assert fk.extension_sources(LITERAL_SETUP.replace("flash_attn_2_cuda", "other_cuda"), []) is None
+
+
+def test_the_extract_record_parses_each_kernel_and_checks_its_name_against_its_text() -> None:
+    ext = fk.extension_sources(LITERAL_SETUP, [])
+    files = {
+        "csrc/flash_attn/flash_api.cpp": b"// api\n",
+        "csrc/flash_attn/src/flash_fwd_hdim128_fp16_sm80.cu": KERNEL_CU.replace("128, true", "128, false").encode(),
+        "csrc/flash_attn/src/flash_fwd_hdim128_fp16_causal_sm80.cu": KERNEL_CU.encode(),
+        # the name says bf16, the text instantiates half_t
+    }
+    rec = fk.cuda_extension(ext, files)
+    assert rec is not None and rec["name"] == "flash_attn_2_cuda" and rec["file"] == "setup.py"
+    api, fwd, causal, bwd = rec["sources"]
+    assert api == {"path": "csrc/flash_attn/flash_api.cpp", "in_sdist": True, "blob": fk.git_blob(b"// api\n")}
+    assert fk.git_blob(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git hash-object of an empty file
+    # a name without _causal beside a _causal sibling is the non-causal kernel; with no sibling it says nothing
+    assert (fwd["kind"], fwd["hdim"], fwd["dtype"], fwd["causal"], fwd["arch"]) == ("fwd", 128, "fp16", False, "sm80")
+    assert causal["causal"] is True and causal["specialization"]["template_args"] == ["cutlass::half_t", "128", "true"]
+    assert bwd["causal"] is None and bwd["in_sdist"] is False and bwd["blob"] is None and bwd["specialization"] is None
+    assert rec["name_text_disagreements"] == []
+    files["csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu"] = BWD_CU.encode()
+    rec = fk.cuda_extension(ext, files)
+    assert rec["name_text_disagreements"] == [{"path": "csrc/flash_attn/src/flash_bwd_hdim128_bf16_sm80.cu",
+                                               "why": "dtype bf16 in the name, cutlass::half_t in the text"}]
+
+
+COMPUTED_SETUP = textwrap.dedent("""\
+    import os
+    import itertools
+    from glob import glob
+    from pathlib import Path
+    this_dir = os.path.dirname(os.path.abspath(__file__))
+    DISABLE_BACKWARD = os.getenv("FLASH_ATTENTION_DISABLE_BACKWARD", "FALSE") == "TRUE"
+    HDIMS = [64, 128]
+    sources = [os.path.join("csrc", "flash_api.cpp")]
+    for hdim in HDIMS:
+        sources.append(f"csrc/flash_fwd_hdim{hdim}_fp16_sm80.cu")
+    sources += [f"csrc/flash_bwd_hdim{h}_{d}_sm80.cu" for h, d in itertools.product(HDIMS, ["fp16", "bf16"])
+                if not DISABLE_BACKWARD]
+    extra = sorted(glob("csrc/split/*.cu"))
+    if not DISABLE_BACKWARD:
+        extra = extra + glob("csrc/**/*_sm90.cu", recursive=True)
+    ext_modules = [CUDAExtension(name="flash_attn_2_cuda", sources=sources + extra,
+                                 include_dirs=[Path(this_dir) / "csrc"])]
+    """)
+
+MEMBERS = ["setup.py", "csrc/split/flash_fwd_split_hdim64_fp16_sm80.cu", "csrc/split/flash_fwd_split_hdim128_fp16_sm80.cu",
+           "csrc/split/.hidden.cu", "csrc/split/deeper/x.cu", "csrc/a/b/flash_fwd_hdim64_bf16_sm90.cu", "csrc/flash_api.cpp"]
+
+
+def test_computed_sources_are_evaluated_against_the_sdist_listing_without_running_setup_py() -> None:
+    ext = fk.extension_sources(COMPUTED_SETUP, MEMBERS)
+    assert ext is not None and ext.computed and ext.unreadable is None
+    assert ext.sources == [
+        "csrc/flash_api.cpp", "csrc/flash_fwd_hdim64_fp16_sm80.cu", "csrc/flash_fwd_hdim128_fp16_sm80.cu",
+        "csrc/flash_bwd_hdim64_fp16_sm80.cu", "csrc/flash_bwd_hdim64_bf16_sm80.cu",
+        "csrc/flash_bwd_hdim128_fp16_sm80.cu", "csrc/flash_bwd_hdim128_bf16_sm80.cu",
+        # glob: one folder level, no hidden files; ** with recursive=True descends
+        "csrc/split/flash_fwd_split_hdim128_fp16_sm80.cu", "csrc/split/flash_fwd_split_hdim64_fp16_sm80.cu",
+        "csrc/a/b/flash_fwd_hdim64_bf16_sm90.cu",
+    ]
+    assert ext.assumed_env == {"FLASH_ATTENTION_DISABLE_BACKWARD": "FALSE"}
+    assert ext.globs == [{"pattern": "csrc/split/*.cu", "line": 13, "matched": 2},
+                         {"pattern": "csrc/**/*_sm90.cu", "line": 15, "matched": 1}]
+    rec = fk.cuda_extension(ext, {})
+    assert rec["computed"] is True and rec["assumed_env"] == ext.assumed_env and len(rec["sources"]) == 10
+
+
+def test_sources_a_static_reading_cannot_know_are_null_with_the_reason() -> None:
+    code = COMPUTED_SETUP.replace('HDIMS = [64, 128]', 'HDIMS = get_hdims()')
+    ext = fk.extension_sources(code, MEMBERS)
+    assert ext is not None and ext.sources is None and "get_hdims" in ext.unreadable
+    rec = fk.cuda_extension(ext, {})
+    assert rec["sources"] is None and rec["unreadable"] == ext.unreadable and "name_text_disagreements" not in rec
+    undecided = COMPUTED_SETUP.replace("if not DISABLE_BACKWARD:\n", "if torch.cuda.is_available():\n")
+    ext = fk.extension_sources(undecided, MEMBERS)
+    assert ext.sources is None and "cannot decide" in ext.unreadable
+
+
+HOPPER_SETUP = textwrap.dedent("""\
+    import os
+    PACKAGE_NAME = "flash_attn_3"
+    DISABLE_SM8x = os.getenv("FLASH_ATTENTION_DISABLE_SM80", "FALSE") == "TRUE"
+    def _write_ninja_file(sources):
+        for source_file in sources:
+            if source_file.endswith('_sm90.cu'):
+                rule = 'cuda_compile'
+            elif source_file.endswith('_sm80.cu'):
+                rule = 'cuda_compile_sm80'
+    if not SKIP_CUDA_BUILD:
+        if bare_metal_version < Version("12.3"):
+            raise RuntimeError("FlashAttention-3 is only supported on CUDA 12.3 and above")
+        cc_flag = []
+        cc_flag.append("-gencode")
+        cc_flag.append("arch=compute_90a,code=sm_90a")
+        sources = ["flash_api.cpp"] + (["instantiations/flash_fwd_hdim64_bf16_sm80.cu"] if not DISABLE_SM8x else []) \\
+            + ["instantiations/flash_fwd_hdim64_bf16_sm90.cu"]
+        ext_modules.append(CUDAExtension(
+            name=f"{PACKAGE_NAME}._C",
+            sources=sources))
+    setup(name=PACKAGE_NAME, ext_modules=ext_modules)
+    """)
+
+
+def test_hopper_setup_py_package_extension_and_arch_are_quoted() -> None:
+    h = fk.hopper_facts(HOPPER_SETUP, ["setup.py", "flash_api.cpp"])
+    assert h["package"] == {"name": "flash_attn_3", "line": 2, "quote": 'PACKAGE_NAME = "flash_attn_3"'}
+    assert h["extension"] == {"name": "flash_attn_3._C", "line": 19, "quote": 'name=f"{PACKAGE_NAME}._C",',
+                              "sources": {"listed": 3, "in_sdist": 1, "assumed_env": {"FLASH_ATTENTION_DISABLE_SM80": "FALSE"},
+                                          "by_arch_suffix": {"other": 1, "sm80": 1, "sm90": 1}}}
+    assert h["gencode"] == [{"gencode": "arch=compute_90a,code=sm_90a", "arch": "9.0a", "line": 15,
+                             "quote": 'cc_flag.append("arch=compute_90a,code=sm_90a")'}]
+    assert h["nvcc_floor"] == {"version": "12.3", "line": 11, "quote": 'if bare_metal_version < Version("12.3"):'}
+    assert [(r["suffix"], r["rule"], r["line"]) for r in h["per_file_rules"]] == \
+        [("_sm90.cu", "cuda_compile", 6), ("_sm80.cu", "cuda_compile_sm80", 8)]
+
+
+def test_every_committed_extract_reads_its_cuda_extension() -> None:
+    for path in sorted((ROOT / "data" / "sources" / "flash-attn").glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        ext, hopper = doc["sdist"]["cuda_extension"], doc["sdist"]["hopper"]
+        assert ext["name"] in fk.EXTENSION_NAMES and ext["sources"], path.name
+        assert all(s["in_sdist"] for s in ext["sources"]) and ext["name_text_disagreements"] == [], path.name
+        cu = [s for s in ext["sources"] if s["path"].endswith(".cu")]
+        assert all(s["kind"] and s["specialization"] for s in cu), path.name
+        assert hopper["dir"] == hopper["setup_py"], path.name
+    fa283 = json.loads((ROOT / "data" / "sources" / "flash-attn" / "2.8.3.json").read_text(encoding="utf-8"))["sdist"]
+    cu = [s for s in fa283["cuda_extension"]["sources"] if s["path"].endswith(".cu")]
+    assert len(cu) == 72 and sorted({s["hdim"] for s in cu}) == [32, 64, 96, 128, 192, 256]
+    assert fa283["hopper"]["package"]["name"] == "flash_attn_3" and fa283["hopper"]["gencode"][0]["arch"] == "9.0a"

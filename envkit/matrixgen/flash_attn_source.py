@@ -6,11 +6,35 @@ tag's publish workflow, the wheel-name rule of its setup.py interpreted into a s
 gencode archs with their nvcc floors, README requirements, which csrc kernels exist) and names the
 exact file it read: URL at the commit, git blob sha, line numbers.
 
+From the sdist (the file pip builds from; its sha256 is checked on download) two more keys, read
+statically by `flash_attn_kernels` and not (yet) read by the derivation of matrix.toml:
+
+- `sdist.cuda_extension`: the `flash_attn_2_cuda` CUDAExtension (older setup.py: `flash_attn_cuda`)
+  on setup.py's CUDA path (the ROCm branch's extension of the same name is left out): `name`,
+  `file`/`line` of the call, `guard` (the if-tests on the way, as written), `computed` (false: a
+  literal list), and `sources` in setup.py's order, each `{path, in_sdist, blob}` (blob: the git blob
+  sha of the sdist's member). A .cu adds its name's parts, `kind` (fwd, fwd_split, bwd), `hdim`,
+  `dtype` (fp16, bf16, fp8 for an e4m3 name), `causal` (true: `_causal`; false: no `_causal` but a
+  `_causal` sibling in the list; null: the release does not split causal), `arch` (sm80...; all null
+  for a name outside the scheme), and `specialization`, read from the file's text without its
+  comments: `form` (specialization `template<> ... {` or instantiation `template ...;`), `returns`,
+  `function`, `template_args` and `params` as written (whitespace runs made one space), `namespace`,
+  `line`. `name_text_disagreements` lists kernels whose name and text differ. Computed sources
+  (names, +, loops, comprehensions, glob against the sdist's member list) add `assumed_env` (the
+  os.getenv defaults they rest on) and `globs` (pattern, line, files matched); sources a static
+  reading cannot know are `"sources": null` with `unreadable` saying why.
+- `sdist.hopper`: `dir`, `setup_py` (the sdist carries hopper/, FlashAttention 3); where it has
+  hopper/setup.py: `package` (setup(name=...) with the line that spells it), `extension` (its
+  CUDAExtension's name with the line; `sources`: how many it lists in a default build, how many the
+  sdist ships, `assumed_env`, `by_arch_suffix`), `gencode` (each `cc_flag.append("arch=...")` with its
+  line), `per_file_rules` (the ninja rule a source gets by its name's ending), `nvcc_floor`.
+
     python -m envkit.matrixgen.flash_attn_source extract --repo CLONE [--out data/sources/flash-attn]
 """
 from __future__ import annotations
 
 import ast
+import posixpath
 import re
 import sys
 from pathlib import Path
@@ -18,6 +42,7 @@ from typing import Any, Optional
 
 from packaging.version import Version
 
+from . import flash_attn_kernels as fk
 from . import pypi
 from .gitrepo import git, show
 
@@ -390,15 +415,26 @@ def extract_sdist(version: str, fs: list[pypi.PyPIFile]) -> Optional[dict[str, A
         return None
     f = sd[0]
     names = pypi.sdist_listing(f)
-    members = pypi.sdist_members(f, lambda rel: rel in ("setup.py", "README.md"))
+    members = pypi.sdist_members(f, lambda rel: rel in ("setup.py", "README.md", "hopper/setup.py"))
     setup = members.get("setup.py")
     readme = members.get("README.md")
+    setup_text = None if setup is None else setup.decode("utf-8", "replace")
+    ext = None if setup_text is None else fk.extension_sources(setup_text, names)
+    wanted = {posixpath.normpath(s) for s in (ext.sources or [])} if ext else set()
+    files = pypi.sdist_members(f, lambda rel: rel in wanted) if wanted else {}
+    hopper_setup = members.get("hopper/setup.py")
+    hopper: dict[str, Any] = {"dir": any(n.startswith("hopper/") for n in names), "setup_py": hopper_setup is not None}
+    if hopper_setup is not None:
+        under = [n[len("hopper/"):] for n in names if n.startswith("hopper/")]
+        hopper.update(fk.hopper_facts(hopper_setup.decode("utf-8", "replace"), under))
     return {
         "filename": f.filename, "sha256": f.sha256, "url": f.url, "upload_time": f.upload_time,
         "kernels": {k: {"dir": any(n.startswith(f"csrc/{k}/") for n in names), "setup_py": f"csrc/{k}/setup.py" in names}
                     for k in KERNEL_DIRS},
-        "setup": None if setup is None else parse_setup(setup.decode("utf-8", "replace")),
+        "setup": None if setup_text is None else parse_setup(setup_text),
         "readme": None if readme is None else parse_readme(readme.decode("utf-8", "replace")),
+        "cuda_extension": fk.cuda_extension(ext, files),
+        "hopper": hopper,
     }
 
 

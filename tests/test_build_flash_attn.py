@@ -164,3 +164,170 @@ def test_a_failing_compile_command_raises_with_the_excerpt(tmp_path, capsys):
     assert err.value.code == 4 and log.read_text() == FAILED_LOG
     assert str(err.value).startswith(f"rotary failed (exit 1); the first error, line 11 of {log}:")
     assert '__hfma2_relu" is undefined' in str(err.value) and "compiled 2/2" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the serving profile (issue 28)
+
+KERNELS_2_8 = ["flash_api.cpp"] + [f"flash_{k}_hdim{d}_{t}{c}_sm80.cu" for k in ("fwd", "fwd_split", "bwd")
+                                   for d in (32, 64, 96, 128, 192, 256) for t in ("fp16", "bf16") for c in ("", "_causal")]
+
+
+def test_the_serving_profile_keeps_forward_and_split_kv_kernels_of_the_asked_head_dims():
+    kept, stubbed = bfa.select_sources(KERNELS_2_8, "serving", (64, 128, 256), ("fp16", "bf16"))
+    assert "flash_api.cpp" in kept
+    parts = [bfa.kernel_parts(k) for k in kept if bfa.kernel_parts(k)]
+    assert {p["kind"] for p in parts} == {"fwd", "fwd_split"} and {p["hdim"] for p in parts} == {64, 128, 256}
+    assert len(parts) == 2 * 3 * 2 * 2  # fwd + split, 3 head dims, 2 dtypes, causal or not
+    assert len(stubbed) == len(KERNELS_2_8) - 1 - len(parts)
+    assert all(bfa.kernel_parts(s)["kind"] == "bwd" or bfa.kernel_parts(s)["hdim"] not in (64, 128, 256) for s in stubbed)
+    assert bfa.select_sources(KERNELS_2_8, "full") == (KERNELS_2_8, [])
+
+
+@pytest.mark.parametrize("text, want", [("full", ("full", (), ())), ("serving", ("serving", (64, 128, 256), ("fp16", "bf16"))),
+                                        ("serving:128", ("serving", (128,), ("fp16", "bf16"))),
+                                        ("serving:256,64:bf16", ("serving", (64, 256), ("bf16",)))])
+def test_profiles_are_read(text, want):
+    assert bfa.parse_profile(text) == want
+
+
+@pytest.mark.parametrize("text", ["fast", "full:64", "serving:x", "serving:64:fp8", "serving:0"])
+def test_a_bad_profile_is_bad_input(text):
+    with pytest.raises(bfa.BuildError) as e:
+        bfa.parse_profile(text)
+    assert e.value.code == 2
+
+
+KERNEL_TEXT = """#include "namespace_config.h"
+#include "flash_bwd_launch_template.h"
+
+namespace FLASH_NAMESPACE {
+
+template<>
+void run_mha_bwd_<cutlass::half_t, 96, true>(Flash_bwd_params &params, cudaStream_t stream) {
+    run_mha_bwd_hdim96<cutlass::half_t, true>(params, stream);
+}
+
+} // namespace FLASH_NAMESPACE
+"""
+
+
+def test_a_left_out_kernel_becomes_a_stub_that_raises_naming_what_is_missing():
+    stub = bfa.stub_kernel(KERNEL_TEXT, "serving profile: the backward pass (training) is not in this build")
+    assert '#include "flash_bwd_launch_template.h"' not in stub and '#include "flash.h"' in stub and "<stdexcept>" in stub
+    assert "run_mha_bwd_hdim96" not in stub  # no kernel is instantiated
+    assert "void run_mha_bwd_<cutlass::half_t, 96, true>(Flash_bwd_params &params, cudaStream_t stream) {" in stub
+    assert 'throw std::runtime_error("serving profile: the backward pass (training) is not in this build (run_mha_bwd_<cutlass::half_t, 96, true>)");' in stub
+    assert stub.rstrip().endswith("} // namespace FLASH_NAMESPACE")  # the namespace is closed as before
+    with pytest.raises(bfa.BuildError, match="no template specialization"):
+        bfa.stub_kernel("// nothing here\n", "x")
+
+
+def test_apply_profile_stubs_in_place_and_counts(tmp_path):
+    src = tmp_path / "csrc" / "flash_attn" / "src"
+    src.mkdir(parents=True)
+    for name in KERNELS_2_8:
+        fn = "run_mha_bwd_" if "_bwd_" in name else "run_mha_fwd_splitkv_dispatch" if "split" in name else "run_mha_fwd_"
+        (src / name).write_text(KERNEL_TEXT.replace("run_mha_bwd_<", fn + "<"))
+    report = bfa.apply_profile(str(tmp_path), "2.8.3", "serving", (128,), ("bf16",))
+    assert report == {"profile": "serving", "head_dims": [128], "dtypes": ["bf16"], "kernels": len(KERNELS_2_8) - 1,
+                      "compiled": 4, "stubbed": len(KERNELS_2_8) - 1 - 4}
+    assert "throw" not in (src / "flash_fwd_hdim128_bf16_causal_sm80.cu").read_text()
+    assert "head dim 96 in fp16 (causal) is not in this build" in (src / "flash_fwd_hdim96_fp16_causal_sm80.cu").read_text()
+    assert "rebuild with --flash-attn-profile full" in (src / "flash_bwd_hdim128_bf16_sm80.cu").read_text()
+
+
+def test_progress_estimates_what_is_left():
+    assert bfa.eta(0, 73, 10.0) == "" and bfa.eta(73, 73, 900.0) == ""
+    assert bfa.eta(10, 73, 300.0) == ", ~32 min left" and bfa.eta(70, 73, 70.0) == ", ~3 s left"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--sdist", "/nonexistent/flash_attn-2.8.3.tar.gz"], "sdist not found"),
+    (["--work", "/nonexistent/work"], "--work /nonexistent/work: no such directory"),
+    (["--out", "/proc/no/such"], "--out /proc/no/such: cannot be made"),
+    (["--profile", "fast"], "is not a profile"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path, capsys):
+    """Issue 28: `--work` that did not exist ended in a FileNotFoundError traceback."""
+    sdist = tmp_path / "flash_attn-2.8.3.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        info = tarfile.TarInfo("flash_attn-2.8.3/setup.py")
+        info.size = 0
+        tar.addfile(info, io.BytesIO(b""))
+    base = {"--sdist": str(sdist), "--arch-list": "9.0", "--out": str(tmp_path / "out"), "--targets": "flash_attn"}
+    given = dict(zip(args[::2], args[1::2]))
+    argv = [x for k, v in {**base, **given}.items() for x in (k, v)]
+    assert bfa.main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_tarball_that_is_not_flash_attn_is_refused(tmp_path, capsys):
+    sdist = tmp_path / "other-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        info = tarfile.TarInfo("other-1.0/README")
+        info.size = 0
+        tar.addfile(info, io.BytesIO(b""))
+    assert bfa.main(["--sdist", str(sdist), "--arch-list", "9.0", "--out", str(tmp_path / "o")]) == 2
+    assert "is not a flash-attn sdist" in capsys.readouterr().err
+
+
+SPLIT_TEXT = """#include "flash_fwd_launch_template.h"
+
+template void run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 192, false>(Flash_fwd_params &params, cudaStream_t stream);
+"""
+
+
+def test_a_split_kv_files_explicit_instantiation_becomes_a_raising_specialization():
+    stub = bfa.stub_kernel(SPLIT_TEXT, "not built")
+    assert "template void" not in stub
+    assert ("template<>\nvoid run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 192, false>(Flash_fwd_params &params, cudaStream_t stream) {"
+            in stub)
+    assert 'throw std::runtime_error("not built (run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 192, false>)");' in stub
+
+
+EXTRACTS = sorted((ROOT / "data" / "sources" / "flash-attn").glob("2.*.json"))
+
+
+def _recorded(path: Path) -> list[dict]:
+    import json
+
+    return json.loads(path.read_text())["sdist"]["cuda_extension"]["sources"]
+
+
+@pytest.mark.parametrize("path", EXTRACTS, ids=[p.stem for p in EXTRACTS])
+def test_the_serving_selection_holds_for_every_release_the_matrix_knows(path):
+    """Issue 28: the kernel files change between releases (hdim 224 and 160 dropped, causal split into its own files in
+    2.6, split-KV files from 2.1.2): for each release's recorded list (data/sources/flash-attn, read from its sdist's
+    setup.py and each file's text), the serving profile keeps flash_api.cpp and the forward (and split-KV) kernels of
+    head dims 64, 128, 256 in both dtypes, and every file it leaves out has a form the stub generator rewrites."""
+    sources = _recorded(path)
+    names = [s["path"].rsplit("/", 1)[-1] for s in sources]
+    kept, stubbed = bfa.select_sources(names, "serving")
+    assert "flash_api.cpp" in kept
+    by_name = {s["path"].rsplit("/", 1)[-1]: s for s in sources}
+    for name in kept:
+        s = by_name[name]
+        assert "kind" not in s or (s["kind"] in ("fwd", "fwd_split") and s["hdim"] in (64, 128, 256)), name
+    kept_kinds = {(by_name[n]["kind"], by_name[n]["hdim"], by_name[n]["dtype"]) for n in kept if "kind" in by_name[n]}
+    assert {("fwd", d, t) for d in (64, 128, 256) for t in ("fp16", "bf16")} <= kept_kinds
+    for name in stubbed:
+        s = by_name[name]
+        assert bfa.kernel_parts(name) == {k: s[k] for k in ("kind", "hdim", "dtype", "arch")} | {"causal": bool(s["causal"])}, name
+        assert s["specialization"]["form"] in ("specialization", "instantiation"), (name, s["specialization"]["form"])
+    assert len(kept) + len(stubbed) == len(names)
+
+
+def test_a_stubbed_file_keeps_its_time_so_a_cached_build_finds_it_up_to_date(tmp_path):
+    """On the H200 a rebuild from the cache compiled 32 of 73 units again: the stubs were rewritten with fresh times,
+    newer than their cached objects (docs/flash-attn-build-h200.md). Rewritten sources keep the sdist's times."""
+    import os
+
+    src = tmp_path / "csrc" / "flash_attn" / "src"
+    src.mkdir(parents=True)
+    for name in KERNELS_2_8[1:]:
+        (src / name).write_text(KERNEL_TEXT)
+        os.utime(src / name, (1_600_000_000, 1_600_000_000))
+    bfa.apply_profile(str(tmp_path), "2.8.3", "serving", (128,), ("bf16",))
+    stub = src / "flash_bwd_hdim64_fp16_sm80.cu"
+    assert "throw" in stub.read_text() and stub.stat().st_mtime == 1_600_000_000

@@ -30,6 +30,7 @@ POOLS: dict[str, list[str]] = {
     "torch": sorted({str(t.version) for t in M.torch})[-25:] + ["2", "2.4", ">=2.3,<2.5", "2.4.1+cu124", "2.13.0+cpu"],
     "flash_attn": sorted({str(f.version) for f in M.flash_attn})[-15:] + ["2", "2.7"],
     "vllm": sorted({str(v.version) for v in M.vllm})[-15:] + ["0.6", ">=0.8"],
+    "flash_attn_profile": ["full", "serving", "serving:128", "serving:64,128:bf16", "serving:x", "fast"],
     "kernels": ["layer_norm", "rotary", "layer_norm,rotary"],
     "kernels_from": ["2.7.4.post1", "2.6.3", "2.8.3", "2.7"],
     "engine": ["torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "tritn", "fastllm", "fastllm==0.1.7.1"],

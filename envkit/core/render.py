@@ -202,7 +202,8 @@ def _kernels(payload: KernelsStep, step: Step, r: _Rendering) -> str:
                    "COPY envkit/build_flash_attn.py /opt/envkit/\n"
                    f"ARG MAX_JOBS={o.max_jobs or ''}\nARG NVCC_THREADS={o.nvcc_threads or ''}\n")
     return r.fragment("kernels", prelude=prelude, sdist=payload.sdist, targets=",".join(payload.targets),
-                      arch_list=";".join(payload.arch_list), host_march=payload.host_march)
+                      arch_list=";".join(payload.arch_list), host_march=payload.host_march,
+                      profile="" if payload.profile == "full" else f" --profile {payload.profile}")
 
 
 @_payload_text.register

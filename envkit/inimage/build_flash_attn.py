@@ -18,6 +18,18 @@ What it fixes, each a known way the upstream build breaks:
   (about 5 GB per nvcc thread), unless given.
 - pip never touches the network: --no-index --no-build-isolation --no-deps.
 
+Build profiles of flash-attn's own CUDA extension (--profile): `full` compiles every kernel the sdist lists;
+`serving` only the forward and split-KV (paged decode) kernels of the head dims and dtypes asked (default 64, 128,
+256 in fp16 and bf16). Every kernel file it leaves out is compiled as a stub of the same specialization that raises
+a RuntimeError naming what is missing and the fix, so a call outside the profile fails with a clear error at call
+time, never with an undefined symbol at import. The selection reads the kernel files' names
+(flash_{fwd,fwd_split,bwd}_hdimD_DTYPE[_causal]_smXY.cu), which change between releases: select_sources() is tested
+against every release's list (data/sources/flash-attn).
+
+A rebuild cache (--cache DIR): the extension's build directory (ninja's objects and logs), kept in DIR under a key of
+the sdist's sha256, the arch list, the profile, nvcc's and torch's versions; a build with the same key restores it and
+compiles nothing that is up to date.
+
 Standard library only, so it runs on the image's own Python (torch must be installed there).
 Exit codes: 0 built, 2 bad input, 4 a compile failed.
 """
@@ -82,6 +94,15 @@ setup(
     cmdclass={{"build_ext": BuildExtension}},
 )
 '''
+
+
+PROFILES = ("full", "serving")
+SERVING_HEAD_DIMS = (64, 128, 256)
+SERVING_DTYPES = ("fp16", "bf16")
+_KERNEL_FILE = re.compile(r"flash_(?P<kind>fwd_split|fwd|bwd)_hdim(?P<hdim>\d+)_(?P<dtype>fp16|bf16|e4m3|fp8)(?P<causal>_causal)?"
+                          r"_(?P<arch>sm\d+)\.cu$")
+_INSTANTIATION = re.compile(r"template\s+(?P<ret>void)\s+(?P<fn>\w+)\s*<(?P<args>[^<>]*(?:<[^<>]*>[^<>]*)*)>\s*\((?P<params>[^)]*)\)\s*;")
+_SPECIALIZATION = re.compile(r"template\s*<\s*>\s*void\s+(?P<fn>\w+)\s*<(?P<args>[^<>]*(?:<[^<>]*>[^<>]*)*)>\s*\((?P<params>[^)]*)\)\s*\{")
 
 
 class BuildError(Exception):
@@ -158,6 +179,130 @@ def failure_excerpt(lines: list[str], log_path: str, context: int = 3, tail: int
     return "\n".join(parts) if parts else f"{log_path} is empty"
 
 
+def kernel_parts(path: str) -> dict | None:
+    """A kernel source's parts from its file name: kind, head dim, dtype, causal, arch; None for another source."""
+    m = _KERNEL_FILE.search(path.replace("\\", "/").rsplit("/", 1)[-1])
+    if not m:
+        return None
+    return {"kind": m.group("kind"), "hdim": int(m.group("hdim")), "dtype": m.group("dtype"),
+            "causal": bool(m.group("causal")), "arch": m.group("arch")}
+
+
+def parse_profile(text: str) -> tuple[str, tuple[int, ...], tuple[str, ...]]:
+    """`full`, `serving`, or `serving:64,128` (head dims), optionally `serving:64,128:bf16` (dtypes)."""
+    name, _, rest = text.partition(":")
+    if name not in PROFILES:
+        raise BuildError(f"--profile {text!r} is not a profile (fix: full, serving or serving:64,128[:bf16])", 2)
+    if name == "full":
+        if rest:
+            raise BuildError("--profile full takes no head dims (fix: --profile serving:64,128)", 2)
+        return name, (), ()
+    dims_text, _, dtypes_text = rest.partition(":")
+    try:
+        dims = tuple(sorted({int(d) for d in dims_text.split(",") if d})) or SERVING_HEAD_DIMS
+    except ValueError:
+        raise BuildError(f"--profile {text!r}: head dims are numbers (fix: serving:64,128,256)", 2) from None
+    dtypes = tuple(sorted({d for d in dtypes_text.split(",") if d})) or SERVING_DTYPES
+    bad = [d for d in dtypes if d not in ("fp16", "bf16")]
+    if bad or any(d <= 0 or d > 512 for d in dims):
+        raise BuildError(f"--profile {text!r}: dtypes are fp16 and bf16, head dims 1 to 512", 2)
+    return name, dims, dtypes
+
+
+def select_sources(sources: list[str], profile: str, head_dims: tuple[int, ...] = SERVING_HEAD_DIMS,
+                   dtypes: tuple[str, ...] = SERVING_DTYPES) -> tuple[list[str], list[str]]:
+    """(kept, stubbed): the serving profile keeps every non-kernel source (flash_api.cpp ...) and the fwd and fwd_split
+    kernels of the head dims and dtypes asked; every other kernel is stubbed. `full` keeps all."""
+    if profile == "full":
+        return list(sources), []
+    kept, stubbed = [], []
+    for src in sources:
+        parts = kernel_parts(src)
+        keep = parts is None or (parts["kind"] in ("fwd", "fwd_split") and parts["hdim"] in head_dims and parts["dtype"] in dtypes)
+        (kept if keep else stubbed).append(src)
+    return kept, stubbed
+
+
+def _matching_brace(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise BuildError("a kernel file's specialization has no closing brace: supply the full profile", 4)
+
+
+def stub_kernel(text: str, what: str) -> str:
+    """A kernel file with every template specialization's body replaced by a throw that names `what` is missing, every
+    explicit instantiation (`template void f<...>(...);`, the split-KV files) turned into such a specialization, and its
+    launch-template include (the heavy part) by flash.h, which declares the templates; namespaces and signatures stay."""
+    def body(fn: str, args: str) -> str:
+        return f'\n    throw std::runtime_error("{what} ({fn}<{" ".join(args.split())}>)");\n'
+
+    found = list(_SPECIALIZATION.finditer(text))
+    out, at = [], 0
+    for m in found:
+        close = _matching_brace(text, m.end() - 1)
+        out.append(text[at:m.end()])
+        out.append(body(m.group("fn"), m.group("args")))
+        at = close
+    out.append(text[at:])
+    stub = "".join(out)
+    stub, instantiated = _INSTANTIATION.subn(
+        lambda m: f"template<>\nvoid {m.group('fn')}<{m.group('args')}>({m.group('params')}) {{{body(m.group('fn'), m.group('args'))}}}", stub)
+    if not found and not instantiated:
+        raise BuildError(f"no template specialization found in a kernel file the profile leaves out ({what}): "
+                         "this release writes its kernels differently; build it with --profile full", 4)
+    stub = re.sub(r'#include\s+"flash_(?:fwd|bwd)_launch_template\.h"',
+                  '#include <cutlass/numeric_types.h>\n#include "flash.h"\n#include <stdexcept>', stub)
+    return "// envkit: a stub of the serving profile; the kernel is not compiled\n" + stub
+
+
+def apply_profile(ext_dir: str, version: str, profile: str, head_dims: tuple[int, ...], dtypes: tuple[str, ...]) -> dict:
+    """Stub the kernel files of flash-attn's source tree that the profile leaves out (in place; setup.py's list stays as
+    it is, so every release's way of listing its sources works); what was kept and stubbed."""
+    src_dir = os.path.join(ext_dir, "csrc", "flash_attn", "src")
+    if not os.path.isdir(src_dir):
+        raise BuildError(f"the sdist has no csrc/flash_attn/src: its kernels cannot be chosen (fix: --profile full)", 2)
+    names = sorted(n for n in os.listdir(src_dir) if n.endswith(".cu"))
+    kept, stubbed = select_sources(names, profile, head_dims, dtypes)
+    if profile != "full" and not any(kernel_parts(n) and kernel_parts(n)["kind"] == "fwd" for n in kept):
+        raise BuildError(f"the serving profile keeps no forward kernel of {names[:3]}...: head dims {head_dims} are not "
+                         "in this release (fix: another --profile serving:DIMS, or full)", 2)
+    what = (f"flash-attn {version} was built by envkit with the serving profile (forward only; head dims "
+            f"{','.join(map(str, head_dims))}; {','.join(dtypes)}; rebuild with --flash-attn-profile full)")
+    for name in stubbed:
+        path = os.path.join(src_dir, name)
+        parts = kernel_parts(name) or {}
+        missing = ("the backward pass (training)" if parts.get("kind") == "bwd" else
+                   f"head dim {parts.get('hdim')} in {parts.get('dtype')}{' (causal)' if parts.get('causal') else ''}")
+        _rewrite(path, lambda text: stub_kernel(text, f"{what}: {missing} is not in this build"))
+    return {"profile": profile, "head_dims": list(head_dims), "dtypes": list(dtypes), "kernels": len(names),
+            "compiled": len([n for n in kept if kernel_parts(n)]), "stubbed": len(stubbed)}
+
+
+def _rewrite(path: str, change) -> None:
+    """Rewrite a source file, keeping its time: the same settings give the same text, so a build restored from the cache
+    finds it no newer than its object (a fresh time made ninja compile every stub again: measured on the H200)."""
+    st = os.stat(path)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(change(text))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def eta(done: int, total: int, elapsed: float) -> str:
+    """"~3 min left" from the units done so far, or "" before the first."""
+    if done <= 0 or total <= done:
+        return ""
+    left = elapsed / done * (total - done)
+    return f", ~{left / 60:.0f} min left" if left >= 90 else f", ~{left:.0f} s left"
+
+
 # ---------------------------------------------------------------- host facts
 
 def _read(path: str) -> str:
@@ -196,21 +341,25 @@ def host_cores() -> int:
 # ---------------------------------------------------------------- the build
 
 def extract(sdist: str, work: str) -> str:
-    if not os.path.isfile(sdist):
-        raise BuildError(f"sdist not found: {sdist} (fix: pass the flash_attn-X.tar.gz from PyPI or the bundle)", 2)
     try:
         with tarfile.open(sdist) as tar:
             members = tar.getmembers()
             root = members[0].name.split("/")[0]
             kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(work, **kw)
-    except (tarfile.TarError, IndexError) as exc:
-        raise BuildError(f"{sdist} is not a readable sdist: {exc}", 2)
-    return os.path.join(work, root)
+    except (tarfile.TarError, IndexError, EOFError, OSError) as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BuildError(f"{sdist} is not a readable sdist ({why}) (fix: pass flash-attn's .tar.gz from PyPI or the bundle)", 2)
+    top = os.path.join(work, root)
+    if not os.path.isfile(os.path.join(top, "setup.py")) or not os.path.isdir(os.path.join(top, "csrc")):
+        raise BuildError(f"{sdist} is not a flash-attn sdist (no setup.py and csrc/ at its top) "
+                         "(fix: pass flash_attn-X.tar.gz from PyPI or the bundle)", 2)
+    return top
 
 
 def _run(cmd: list[str], cwd: str, env: dict, log_path: str, label: str) -> None:
     """Run a compile, echoing ninja's [n/N] progress; the full log goes to log_path."""
+    start = time.monotonic()
     with open(log_path, "w") as log, subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                                         bufsize=1) as proc:
         assert proc.stdout is not None
@@ -218,10 +367,128 @@ def _run(cmd: list[str], cwd: str, env: dict, log_path: str, label: str) -> None
             log.write(line)
             m = re.match(r"\s*\[(\d+)/(\d+)\]", line)
             if m:
-                print(f"  {label}: compiled {m.group(1)}/{m.group(2)}", flush=True)
+                done, total = int(m.group(1)), int(m.group(2))
+                print(f"  {label}: compiled {done}/{total} units in {time.monotonic() - start:.0f} s"
+                      f"{eta(done, total, time.monotonic() - start)}", flush=True)
+            elif "ninja: no work to do" in line:
+                print(f"  {label}: ninja: no work to do (every unit up to date)", flush=True)
         rc = proc.wait()
     if rc != 0:
         raise BuildError(f"{label} failed (exit {rc}); {failure_excerpt(_read(log_path).splitlines(), log_path)}", 4)
+
+
+def _writable_dir(path: str, what: str, create: bool) -> str:
+    """A directory the build may write, made when `create`; one line and exit 2 otherwise."""
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise BuildError(f"{what} {path}: cannot be made ({exc.strerror}) (fix: give a writable directory)", 2) from None
+    if not os.path.isdir(path):
+        raise BuildError(f"{what} {path}: no such directory (fix: create it, or leave the option out)", 2)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BuildError(f"{what} {path}: not writable (fix: give a writable directory)", 2)
+    return os.path.abspath(path)
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _tool_version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "none"
+    return (out.strip().splitlines() or ["none"])[-1]
+
+
+def cache_key(sdist_sha256: str, target: str, archs: list[str], profile: str, nvcc: str, torch_version: str) -> str:
+    """What a build's objects depend on beyond the sources: the same key, the same objects."""
+    import hashlib
+
+    text = json.dumps([sdist_sha256, target, archs, profile, nvcc, torch_version])
+    return f"{target}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
+
+
+def _ninja_deps(build_dir: str) -> dict[str, list[str]]:
+    """Each object's recorded inputs in a ninja build directory (`ninja -t deps`), {} where ninja cannot say."""
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        return {}
+    try:
+        text = subprocess.run([ninja, "-C", build_dir, "-t", "deps"], capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    deps: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and ":" in line:
+            current = line.split(":", 1)[0].strip()
+            deps[current] = []
+        elif line.strip() and current is not None:
+            deps[current].append(line.strip())
+    return deps
+
+
+def restore_cache(cache_dir: str, key: str, ext_dir: str) -> int:
+    """Unpack a kept build directory into the extension's tree, with its objects' own times (ninja checks them against
+    the times it recorded). The key holds the sdist, archs, profile, nvcc and torch: the inputs are the ones the objects
+    were compiled from, so an input whose time is newer (a reinstalled torch's headers) is given a time before its
+    object's, and ninja compiles what really changed only. The files restored."""
+    tar_path = os.path.join(cache_dir, key + ".tar")
+    if not os.path.isfile(tar_path):
+        return 0
+    with tarfile.open(tar_path) as tar:
+        kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(ext_dir, **kw)
+        names = tar.getnames()
+    for root, _, files in os.walk(os.path.join(ext_dir, "build")):
+        if "build.ninja" in files and ".ninja_log" in files:
+            recorded = _ninja_log_mtimes(os.path.join(root, ".ninja_log"))
+            for obj, inputs in _ninja_deps(root).items():
+                obj_path = obj if os.path.isabs(obj) else os.path.join(root, obj)
+                mtime_ns = recorded.get(obj_path) or recorded.get(obj)
+                if mtime_ns is None:
+                    continue
+                before = mtime_ns - 1_000_000_000
+                for dep in inputs:
+                    try:
+                        if os.stat(dep).st_mtime_ns > before:
+                            os.utime(dep, ns=(before, before))
+                    except OSError:
+                        continue
+    return len(names)
+
+
+def _ninja_log_mtimes(path: str) -> dict[str, int]:
+    """The mtime ninja recorded for each output (.ninja_log v5+: start, end, mtime, output, command hash), in ns."""
+    out: dict[str, int] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) >= 5 and parts[2].isdigit():
+                    out[parts[3]] = int(parts[2])
+    except OSError:
+        pass
+    return out
+
+
+def save_cache(cache_dir: str, key: str, ext_dir: str) -> None:
+    build_dir = os.path.join(ext_dir, "build")
+    if not os.path.isdir(build_dir):
+        return
+    part = os.path.join(cache_dir, f".{key}.{os.getpid()}.tar")
+    with tarfile.open(part, "w") as tar:
+        tar.add(build_dir, arcname="build")
+    os.replace(part, os.path.join(cache_dir, key + ".tar"))
 
 
 def build(args: argparse.Namespace) -> dict:
@@ -233,45 +500,70 @@ def build(args: argparse.Namespace) -> dict:
     if not archs:
         raise BuildError("--arch-list is empty (fix: give the target GPUs' compute capabilities, e.g. 9.0)", 2)
     torch_archs = arch_env(archs)
+    profile, head_dims, dtypes = parse_profile(args.profile)
+    if not os.path.isfile(args.sdist):
+        raise BuildError(f"sdist not found: {args.sdist} (fix: pass the flash_attn-X.tar.gz from PyPI or the bundle)", 2)
+    out = _writable_dir(args.out, "--out", create=True)
+    scratch = _writable_dir(args.work, "--work", create=False) if args.work else tempfile.gettempdir()
+    cache = _writable_dir(args.cache, "--cache", create=True) if args.cache else None
     jobs, threads = plan_jobs(host_memory_gb(), host_cores(), len(archs), args.jobs, args.nvcc_threads)
-    os.makedirs(args.out, exist_ok=True)
-    out = os.path.abspath(args.out)
-    work = tempfile.mkdtemp(prefix="envkit-fa-", dir=args.work)
+    sdist_sha = _sha256(args.sdist)
+    # a fixed path per sdist and settings: ninja's commands name absolute paths, so a cached build must find them again
+    work = os.path.join(scratch, f"envkit-fa-{sdist_sha[:12]}-{profile}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
     src = extract(args.sdist, work)
+    version = os.path.basename(src).split("-", 1)[-1]
     env = dict(os.environ)
     env.update({"TORCH_CUDA_ARCH_LIST": torch_archs, "FLASH_ATTN_CUDA_ARCHS": fa_archs_env(archs),
                 "MAX_JOBS": str(jobs), "NVCC_THREADS": str(threads), "FLASH_ATTENTION_FORCE_BUILD": "TRUE",
                 "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     if "CUDA_HOME" not in env and os.path.isdir("/usr/local/cuda"):
         env["CUDA_HOME"] = "/usr/local/cuda"
+    nvcc = _tool_version([os.path.join(env["CUDA_HOME"], "bin", "nvcc") if env.get("CUDA_HOME") else "nvcc", "--version"])
+    torch_version = _tool_version([sys.executable, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
     print(f"envkit: building {','.join(targets)} for {torch_archs} with MAX_JOBS={jobs} NVCC_THREADS={threads} "
-          f"(memory {host_memory_gb():.0f} GB, {host_cores()} cores)", flush=True)
-    report: dict = {"sdist": os.path.basename(args.sdist), "arch_list": archs, "max_jobs": jobs, "nvcc_threads": threads, "targets": []}
+          f"(memory {host_memory_gb():.0f} GB, {host_cores()} cores; profile {args.profile})", flush=True)
+    report: dict = {"sdist": os.path.basename(args.sdist), "sdist_sha256": sdist_sha, "arch_list": archs, "max_jobs": jobs,
+                    "nvcc_threads": threads, "profile": args.profile, "targets": []}
     for t in targets:
         d = src if t == "flash_attn" else os.path.join(src, "csrc", t)
         if not os.path.isdir(d):
             raise BuildError(f"{os.path.basename(args.sdist)} has no csrc/{t} (flash-attn removed csrc/rotary in 2.8.3; "
                              "fix: pin flash-attn 2.7.4.post1 for rotary, or use flash_attn.ops.triton.rotary)", 2)
         changes: list[str] = []
+        selected = None
+        if t == "flash_attn" and profile != "full":
+            selected = apply_profile(d, version, profile, head_dims, dtypes)
+            changes.append(f"serving profile: {selected['compiled']} of {selected['kernels']} kernels compiled, "
+                           f"{selected['stubbed']} stubbed (head dims {','.join(map(str, head_dims))}; {','.join(dtypes)})")
         if t != "flash_attn":
             setup = os.path.join(d, "setup.py")
             if os.path.exists(setup):
-                text, changes = patch_setup_py(_read(setup), args.host_march)
+                _, changes = patch_setup_py(_read(setup), args.host_march)
+                _rewrite(setup, lambda text: patch_setup_py(text, args.host_march)[0])
                 changes.insert(0, "setup.py shipped")
             else:
-                text = supplied_setup_py(t, args.host_march)
+                with open(setup, "w") as f:
+                    f.write(supplied_setup_py(t, args.host_march))
+                os.utime(setup, (0, 0))  # always the same text: no newer than any object built from it
                 changes = ["setup.py supplied by envkit"]
-            with open(setup, "w") as f:
-                f.write(text)
+        key = cache_key(sdist_sha, t, archs, args.profile, nvcc, torch_version)
+        restored = restore_cache(cache, key, d) if cache else 0
+        if cache:
+            changes.append(f"cache {key}: {'restored ' + str(restored) + ' files' if restored else 'empty: a full compile'}")
         for c in changes:
             print(f"  {t}: {c}", flush=True)
         start = time.monotonic()
         cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-index", "--no-build-isolation", "--no-deps", "-w", out, d]
         _run(cmd, d, env, os.path.join(work, f"{t}.log"), t)
         took = time.monotonic() - start
+        if cache:
+            save_cache(cache, key, d)
         wheels = sorted(w for w in os.listdir(out) if w.startswith(MODULES[t] + "-") or w.startswith(MODULES[t].replace("_", "-") + "-"))
         print(f"  {t}: built in {took:.1f} s -> {', '.join(wheels)}", flush=True)
-        report["targets"].append({"target": t, "module": MODULES[t], "seconds": round(took, 1), "changes": changes, "wheels": wheels})
+        report["targets"].append({"target": t, "module": MODULES[t], "seconds": round(took, 1), "changes": changes, "wheels": wheels,
+                                  "profile": selected, "cache": {"key": key, "restored": restored} if cache else None})
     if not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)
     if args.install:
@@ -293,12 +585,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-work", action="store_true")
     p.add_argument("--install", action="store_true", help="pip install the built wheels (no index)")
     p.add_argument("--report", default=None, help="write a JSON report of what was built and how long it took")
+    p.add_argument("--profile", default="full", help="flash_attn's kernels: full, or serving[:HEAD_DIMS[:DTYPES]] (forward and "
+                                                      "split-KV only; default head dims 64,128,256 in fp16,bf16)")
+    p.add_argument("--cache", default=None, metavar="DIR", help="keep and reuse each target's build directory here (ninja's objects)")
     args = p.parse_args(argv)
     try:
         report = build(args)
     except BuildError as exc:
         sys.stderr.write(f"build_flash_attn: error: {exc}\n")
         return exc.code
+    except OSError as exc:  # a directory or file that went away or filled up during the build
+        sys.stderr.write(f"build_flash_attn: error: {exc.filename or ''}: {exc.strerror} (fix: check the --out/--work/--cache directories)\n")
+        return 2
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=2)

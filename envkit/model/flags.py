@@ -39,6 +39,9 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("torch", "torch version or specifier; may carry +cu118", "2.4.1", metavar="VERSION|SPEC"),
     FlagSpec("flash_attn", "flash-attn version or specifier (2 means 2.*)", "2.6.3", metavar="VERSION|SPEC"),
     FlagSpec("vllm", "vLLM version or specifier", "0.6.3", metavar="VERSION|SPEC"),
+    FlagSpec("flash_attn_profile", "a flash-attn source build's kernels: full (default), or serving[:HEAD_DIMS[:DTYPES]]: the forward "
+             "and split-KV kernels only (default head dims 64,128,256 in fp16,bf16); a call outside it raises a clear error",
+             "serving", metavar="full|serving[:64,128,256[:bf16,fp16]]"),
     FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
     FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
     FlagSpec("engine", "serving engine: torch, vllm, fastllm, sglang, paddle (pip stacks; fastllm==1.9.0 pins one), "
@@ -70,6 +73,7 @@ class ResolveFlags:
     torch: Optional[str] = None
     flash_attn: Optional[str] = None
     vllm: Optional[str] = None
+    flash_attn_profile: Optional[str] = None
     kernels: Optional[str] = None
     kernels_from: Optional[str] = None
     engine: Optional[str] = None

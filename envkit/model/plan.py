@@ -115,6 +115,7 @@ class KernelsStep:
     targets: tuple[str, ...]
     arch_list: tuple[str, ...]
     host_march: str
+    profile: str = "full"  # flash-attn's own kernels: full, or serving:DIMS:DTYPES (build_flash_attn.py --profile)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class Serve:
     mount: bool = False  # the weights are not baked in: the site mounts them at MODEL_DIR
     port: int = SERVE_PORT
     args: tuple[str, ...] = ()  # the engine's own arguments, after envkit's
+    left_out: tuple[tuple[str, str], ...] = ()  # (path, why) of what the model directory holds and the image does not
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class Query:
     torch: Optional[SpecifierSet] = None
     torch_local: Optional[str] = None
     flash_attn: Optional[SpecifierSet] = None
+    flash_attn_profile: str = "full"
     vllm: Optional[SpecifierSet] = None
     kernels: tuple[str, ...] = ()
     kernels_from: Optional[Version] = None  # the kernels' flash-attn sdist when flash-attn itself is not installed
@@ -69,6 +70,7 @@ class FlashAttnPlan:
     arch_list: tuple[str, ...]
     source_row: str
     reason: str = ""  # why there is no prebuilt wheel (a source build)
+    profile: str = "full"  # a source build's kernels: "full", or "serving:64,128,256:bf16,fp16" (inimage/build_flash_attn.py)
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,9 @@ class Solution:
             f = self.flash_attn
             d["flash_attn"] = {"version": str(f.version), "build": f.build, "wheel": f.wheel, "url": f.url,
                                "arch_list": list(f.arch_list), "reason": f.reason or None}
+            if f.profile != "full":  # documents of full builds stay as they were
+                name, dims, dtypes = f.profile.split(":")
+                d["flash_attn"]["profile"] = {"name": name, "head_dims": [int(x) for x in dims.split(",")], "dtypes": dtypes.split(",")}
         if self.vllm:
             d["vllm"] = {"version": str(self.vllm.version), "wheel": self.vllm_wheel, "url": self.vllm_url}
         d["kernels"] = [{"name": k.name, "module": k.module, "flash_attn_sdist": str(k.flash_attn_sdist),

@@ -460,9 +460,12 @@ class FlashAttnSource(Block):
         fa = self.flash_attn
         archs = (f"for {';'.join(fa.arch_list)}" if fa.version >= FLASH_ATTN_CUDA_ARCHS_SINCE
                  else f"for its hard-coded sm_80/sm_90 (FLASH_ATTN_CUDA_ARCHS arrived in {FLASH_ATTN_CUDA_ARCHS_SINCE})")
+        profile = "" if fa.profile == "full" else (f"; the serving profile ({fa.profile.split(':', 1)[1].replace(':', '; ')}): "
+                                                   "forward and split-KV kernels only, every other one a stub that raises")
         return (Step("build-flash-attn", f"flash-attn {fa.version} from the sdist",
-                     f"no prebuilt wheel for torch {ctx.solution.torch.pin}: compiled {archs} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)",
-                     KernelsStep(sdist_name(fa.version), ("flash_attn",), fa.arch_list, ctx.options.host_march)),)
+                     f"no prebuilt wheel for torch {ctx.solution.torch.pin}: compiled {archs} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)"
+                     + profile,
+                     KernelsStep(sdist_name(fa.version), ("flash_attn",), fa.arch_list, ctx.options.host_march, fa.profile)),)
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
         return (carried_sdist(self.flash_attn.version),)
@@ -738,6 +741,9 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
             *engine, *removed)
 
 
+LEFT_OUT_SHOWN = 12
+
+
 @dataclass(frozen=True)
 class ModelWeights(Block):
     """A serving image's weights, in one layer right after the base image: the layers a code or stack change rebuilds
@@ -757,6 +763,15 @@ class ModelWeights(Block):
         if self.serve.mount:
             return ()
         return (Carried("model/", f"model {self.serve.name} (tree sha256 {self.serve.sha256})", "the --serve directory"),)
+
+    def warnings(self, ctx: PlanContext) -> tuple[str, ...]:
+        """What the model directory holds and the image does not, and why (generate --json lists every entry)."""
+        left = self.serve.left_out
+        if self.serve.mount or not left:
+            return ()
+        shown = "; ".join(f"{path} ({why})" for path, why in left[:LEFT_OUT_SHOWN])
+        more = f"; and {len(left) - LEFT_OUT_SHOWN} more (generate --json lists them)" if len(left) > LEFT_OUT_SHOWN else ""
+        return (f"model {self.serve.name}: {len(left)} entries of the --serve directory are left out of the image: {shown}{more}",)
 
 
 _ENVKIT_SERVER_ARGS = ("--model", "--served-model-name", "--host", "--port")

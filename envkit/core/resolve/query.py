@@ -203,6 +203,8 @@ def parse_query(m: Matrix, flags: Optional[ResolveFlags] = None, **given: Option
         q["flash_attn"] = _parse_release(m, "flash_attn", f.flash_attn, "flash-attn", " (FlashAttention 1.x, 3 and 4 are not modelled)")
     if f.vllm is not None:
         q["vllm"] = _parse_release(m, "vllm", f.vllm, "vLLM", "")
+    if f.flash_attn_profile is not None:
+        q["flash_attn_profile"] = parse_fa_profile(f)
     if f.kernels is not None:
         q["kernels"] = _parse_kernels(f.kernels)
     if f.kernels_from is not None:
@@ -229,6 +231,22 @@ def parse_machine(text: str) -> str:
         raise InputError(f"--platform-arch {shown(text)} is not a CPU architecture envkit builds for",
                          "use x86_64 (amd64) or aarch64 (arm64: GH200, GB200, Jetson)")
     return m
+
+
+def parse_fa_profile(f: ResolveFlags) -> str:
+    """--flash-attn-profile as its normal form: "full", or "serving:64,128,256:bf16,fp16" (build_flash_attn's spelling)."""
+    from envkit.inimage.build_flash_attn import BuildError, parse_profile
+
+    text = (f.flash_attn_profile or "").strip().lower()
+    try:
+        name, dims, dtypes = parse_profile(text)
+    except BuildError as exc:
+        raise InputError(str(exc).replace("--profile", "--flash-attn-profile").split(" (fix: ")[0],
+                         "write --flash-attn-profile full, serving, or serving:64,128[:bf16]") from None
+    if f.flash_attn is None:
+        raise InputError("--flash-attn-profile chooses the kernels of a flash-attn source build; no --flash-attn is asked",
+                         "add --flash-attn VERSION, or drop --flash-attn-profile")
+    return name if name == "full" else f"{name}:{','.join(map(str, dims))}:{','.join(dtypes)}"
 
 
 def _parse_platform(text: str) -> str:

@@ -292,6 +292,14 @@ def _flash_attn_part(c: Ctx, pick: _Pick) -> tuple[Optional[FlashAttnPlan], tupl
         return None, (), (), ()
     (f, fa_plan), q, b, tk = pick.flash_attn, c.q, pick.torch, pick.toolkit
     notes: list[str] = []
+    if fa_plan is not None and q.flash_attn_profile != "full":
+        if fa_plan.build == "source" and b.platform == "cuda":
+            fa_plan = replace(fa_plan, profile=q.flash_attn_profile)
+            notes.append(f"flash-attn's serving profile ({q.flash_attn_profile.split(':', 1)[1].replace(':', '; ')}): the forward and "
+                         "split-KV kernels only; any other call raises a RuntimeError naming what is missing (--flash-attn-profile full builds all)")
+        else:
+            notes.append(f"--flash-attn-profile {q.flash_attn_profile.split(':')[0]} chooses a CUDA source build's kernels; this flash-attn "
+                         + ("is a prebuilt wheel, which carries every kernel" if fa_plan.build == "wheel" else f"is built for {b.platform} whole"))
     if fa_plan and fa_plan.build == "source":
         notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for {';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)"
                      + (f": {fa_plan.reason}" if fa_plan.reason else ""))

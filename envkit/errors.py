@@ -7,6 +7,10 @@ Exit codes (documented in the README):
   3  the matrix data file is invalid
   4  an external engine or tool failed (docker, pip, network, a build step)
   5  preflight refused a build: bundle files missing or altered, no engine, too little disk or memory
+  6  the server under test misbehaved (serving sweep, compare): it answered, but not as the protocol says: an HTML
+     page or no model list at /v1/models, a 3xx/4xx/5xx where a readiness probe wants 200 (a wrong base URL such
+     as .../v1, where every path is a 404), a stream broken, stalled past --request-timeout or holding an
+     impossible token count at the warm-up. The line names the status or what was seen, and the fix.
   70 envkit itself failed (a bug: cli/main.py prints one line; -v the traceback)
   130 interrupted
 """
@@ -19,6 +23,7 @@ from typing import Sequence
 EXIT_OK = 0
 EXIT_NO_SOLUTION = 1  # also: doctor found problems, a self-test or sweep failed
 EXIT_EXTERNAL = 4
+EXIT_SERVER = 6  # the server under test misbehaved (ServerError)
 EXIT_BUG = 70  # envkit itself failed: cli/main.py prints one line, -v the traceback
 EXIT_INTERRUPTED = 130
 
@@ -84,3 +89,11 @@ class PreflightError(EnvkitError):
     """The build was refused before any step ran; every failed check was printed."""
 
     exit_code = 5
+
+
+class ServerError(ExternalError):
+    """The server under test (serving sweep, compare) answered, but not as its protocol says: the status or what it
+    sent is named, with the fix (check the URL, the server's log, --request-timeout). One that does not answer at
+    all, or refuses a request with its reason, is an ExternalError (exit 4)."""
+
+    exit_code = EXIT_SERVER

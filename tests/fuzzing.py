@@ -25,7 +25,7 @@ from envkit.cli import main as cli_main
 
 CASES: Counter[str] = Counter()
 TRACEBACKS: Counter[str] = Counter()
-DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5}
+DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5, 6}
 SEED = os.environ.get("ENVKIT_FUZZ_SEED")
 
 

@@ -1,13 +1,15 @@
 """Small real HTTP servers on 127.0.0.1 for the tests: a file server that honours Range (and can
 cut a response short, to interrupt a download), a PEP 503 index built from wheel files, an apt
-pass-through mirror (what apt-cacher-ng does at an intranet site), and an OpenAI-compatible server
-(an event stream per completion, a model list, a health check, an API key)."""
+pass-through mirror (what apt-cacher-ng does at an intranet site), an OpenAI-compatible server
+(an event stream per completion, a model list, a health check, an API key), and a raw server that misbehaves
+byte for byte (`misbehaving`: trickles, keep-alives forever, huge lines, wrong statuses; fuzz report 3)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import re
 import shutil
+import socketserver
 import threading
 import time
 from contextlib import contextmanager
@@ -185,3 +187,109 @@ class EventStream(BaseHTTPRequestHandler):
             time.sleep(delay)
             self.wfile.write(data)
             self.wfile.flush()
+
+
+# ---------------------------------------------------------------- misbehaving servers (fuzz report 3)
+
+class RawRequest:
+    """One request as a raw server read it: method, path, headers (lower-cased names), body."""
+
+    def __init__(self, method: str, path: str, headers: dict, body: bytes) -> None:
+        self.method, self.path, self.headers, self.body = method, path, headers, body
+
+    @property
+    def auth(self) -> str:
+        return self.headers.get("authorization", "")
+
+
+class RawHandler(socketserver.StreamRequestHandler):
+    """A server that writes whatever its `answer(handler, request)` writes, byte for byte: statuses, bodies and streams
+    no well-behaved server sends (a byte at a time, lines of hundreds of MB, keep-alives forever). Loops end when the
+    client leaves (a write fails) or the server stops (`stopping()`). `posts` counts the POSTs it got."""
+
+    answer = staticmethod(lambda h, req: None)
+    posts = None  # a per-server list, set by misbehaving()
+
+    def handle(self) -> None:
+        try:
+            head = self.rfile.readline(65537)
+            if not head:
+                return
+            headers: dict = {}
+            while (line := self.rfile.readline(65537)) not in (b"\r\n", b"\n", b""):
+                k, _, v = line.decode("latin-1").partition(":")
+                headers[k.strip().lower()] = v.strip()
+            body = self.rfile.read(int(headers.get("content-length", 0) or 0))
+            parts = head.decode("latin-1").split()
+            req = RawRequest(parts[0], parts[1] if len(parts) > 1 else "/", headers, body)
+            if req.method == "POST" and self.posts is not None:
+                self.posts.append(req)
+            type(self).answer(self, req)
+            self.wfile.flush()
+        except OSError:  # the client left: what a misbehaving server's loops end on
+            pass
+
+    def stopping(self) -> bool:
+        return self.server.stop.is_set()  # type: ignore[attr-defined]
+
+    def write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def send(self, status: int, body: bytes = b"", kind: str = "application/json", reason: str = "X", extra: str = "") -> None:
+        self.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n{extra}"
+                   "Connection: close\r\n\r\n".encode("latin-1") + body)
+
+    def stream_head(self) -> None:
+        self.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+
+    def forever(self, data: bytes, every: float) -> None:
+        """`data` every `every` seconds until the client leaves or the server stops."""
+        while not self.stopping():
+            self.write(data)
+            time.sleep(every)
+
+
+@contextmanager
+def misbehaving(answer):
+    """A raw server on 127.0.0.1 whose every request is answered by answer(handler, request); yields (url, posts)."""
+    posts: list = []
+    handler = type("Raw", (RawHandler,), {"answer": staticmethod(answer), "posts": posts})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+    server.daemon_threads = True
+    server.allow_reuse_address = True
+    server.server_bind()
+    server.server_activate()
+    server.stop = threading.Event()  # type: ignore[attr-defined]
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)  # a quick shutdown()
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", posts
+    finally:
+        server.stop.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        server.server_close()
+
+
+TOKEN = b'data: {"choices": [{"text": "t"}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def models_then(post, models=("m",)):
+    """An OpenAI server: GET /v1/models lists `models`, GET /health is 200, other GETs 404; a POST is post(h, req)."""
+    def answer(h: RawHandler, req: RawRequest) -> None:
+        if req.method == "GET":
+            if req.path.endswith("/v1/models"):
+                h.send(200, json.dumps({"object": "list", "data": [{"id": m} for m in models]}).encode())
+            elif req.path.endswith("/health"):
+                h.send(200)
+            else:
+                h.send(404, b"not found", "text/plain")
+            return
+        post(h, req)
+    return answer
+
+
+def good_stream(h: RawHandler, req: RawRequest) -> None:
+    h.stream_head()
+    h.write(TOKEN * 3 + b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}}\n\n' + DONE)

@@ -17,7 +17,8 @@ response's num_input_tokens where given; else the prompt's whitespace-separated 
 report them), exact for the random workload, whose prompts are words that are one token each in common tokenizers.
 
 The pure parts (request body, event parsing, prompt text) take and return plain values; tests/test_triton_client.py
-tests them without a server.
+tests them without a server. The bounds, the deadline and the redaction of every error text are the OpenAI client's
+(adapters/openai_http.py): a count out of range (negative, 2**53 or more) is an error event.
 """
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 from urllib.parse import quote
 
-from envkit.adapters.openai_http import Answer, _connection, _headers, get, redact
-from envkit.core.sweep import RequestResult
+from envkit.adapters.openai_http import Answer, _headers, _open, _window, failure, get, read_line, redact, request_seconds
+from envkit.core.sweep import REQUEST_TIMEOUT_S, RequestResult, count_ok, max_events
 
 __all__ = ["Answer", "Event", "get", "model_path", "one_request", "parse_event", "prompt_text", "request_body"]
 
+BODY_CHARS = 4096  # of an event that is not JSON: kept for the error text (redacted, then cut to 300 characters)
 DEFAULT_MODEL = "ensemble"  # TensorRT-LLM's model repository: preprocessing -> tensorrt_llm -> postprocessing
 
 # Words that are one token each (with their leading space) in the GPT-2, Llama and Qwen tokenizers: the random
@@ -72,6 +74,7 @@ class Event:
     text: str = ""
     error: str = ""
     input_tokens: Optional[int] = None
+    broken: bool = False  # the error is the server's stream breaking the protocol, not a message it sent
 
     @property
     def counted(self) -> bool:
@@ -79,12 +82,15 @@ class Event:
 
 
 def _count(value: Any) -> Optional[int]:
-    """An integer count from a JSON scalar or a one-element list (a [1] tensor); None when it is not one."""
+    """An integer count from a JSON scalar or a one-element list (a [1] tensor); None when it is not one. ValueError
+    for an integer that no count can be (negative, or 2**53 and more: fuzz report 3, D1)."""
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not count_ok(value):
+        raise ValueError(f"the server reported a token count {'below 0' if value < 0 else 'of 2**53 or more'}")
+    return value
 
 
 def _flat_len(value: Any) -> Optional[int]:
@@ -105,62 +111,73 @@ def parse_event(line: bytes) -> Event:
     data = line[5:].strip()
     try:
         doc = json.loads(data)
-    except ValueError:
-        return Event(error=f"the server sent an event that is not JSON: {data[:200].decode(errors='replace')}")
+    except (ValueError, RecursionError):
+        return Event(error=f"the server sent an event that is not JSON: {data[:BODY_CHARS].decode(errors='replace')}", broken=True)
     if not isinstance(doc, dict):
-        return Event(error=f"the server sent an event that is not a JSON object: {data[:200].decode(errors='replace')}")
+        return Event(error=f"the server sent an event that is not a JSON object: {data[:BODY_CHARS].decode(errors='replace')}", broken=True)
     if "error" in doc:
         return Event(error=str(doc["error"]) or "the server reported an error without a message")
     text = doc.get("text_output", "")
     if isinstance(text, list):  # a [1] STRING tensor written as a list
         text = "".join(str(t) for t in text)
     text = text if isinstance(text, str) else str(text)
-    tokens = _count(doc.get("num_output_tokens"))
+    try:
+        tokens = _count(doc.get("num_output_tokens"))
+        input_tokens = _count(doc.get("num_input_tokens"))
+    except ValueError as exc:
+        return Event(error=str(exc), broken=True)
     if tokens is None:
         tokens = _flat_len(doc.get("output_ids"))
     if tokens is None:
         tokens = 1 if text else 0
-    return Event(tokens=tokens, text=text, input_tokens=_count(doc.get("num_input_tokens")))
+    return Event(tokens=tokens, text=text, input_tokens=input_tokens)
 
 
 def error_message(status: int, body: bytes) -> str:
-    """An HTTP error's one text: the {"error": ...} of its JSON or SSE body, else the body's start."""
+    """An HTTP error's one text: the {"error": ...} of its JSON or SSE body, else the body's start (not yet redacted
+    nor cut: the caller redacts, then cuts)."""
     text = body.decode(errors="replace").strip()
     for candidate in (text, text[5:].strip() if text.startswith("data:") else ""):
         try:
             doc = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(doc, dict) and doc.get("error"):
             return f"HTTP {status}: {doc['error']}"
-    return f"HTTP {status}: {text[:300]}"
+    return f"HTTP {status}: {text}"
 
 
-def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len: int, timeout: float = 600,
-                api_key: Optional[str] = None, nest: bool = False) -> RequestResult:
+def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len: int, timeout: float = REQUEST_TIMEOUT_S,
+                api_key: Optional[str] = None, nest: bool = False, deadline: Optional[float] = None) -> RequestResult:
     """One streamed generate_stream request. TTFT is the first event with tokens, ITL the gaps between such events,
-    latency up to the last one (vLLM's definitions); an error event anywhere fails the request."""
+    latency up to the last one (vLLM's definitions); an error event anywhere fails the request. The whole exchange
+    takes at most `timeout` seconds, and ends at `deadline` (time.monotonic()) where that comes first."""
     body = request_body(prompt, output_len, nest)
     start = time.perf_counter()
     res = RequestResult(ok=False, prompt_tokens=len(prompt) if isinstance(prompt, list) else len(prompt.split()))
-    conn = None
+    seconds, by_deadline = request_seconds(timeout, deadline)
+    conn = dog = None
     try:
-        conn, base = _connection(url, timeout)
+        conn, base, dog = _open(url, seconds)
         conn.request("POST", base + model_path(model, "generate_stream"), body=body,
                      headers=_headers(api_key, **{"Content-Type": "application/json", "Accept": "text/event-stream"}))
         resp = conn.getresponse()
+        dog.check()
         if resp.status != 200:
-            res.error = redact(error_message(resp.status, resp.read(2000)), api_key)
+            res.error = redact(error_message(resp.status, _window(resp)), api_key)
+            dog.check()
             return res
         last = None
-        tokens = 0
+        tokens = events = 0
+        limit = max_events(output_len)
         while True:
-            line = resp.readline()
+            line = read_line(resp)
+            dog.check()
             if not line:
                 break
             ev = parse_event(line)
             if ev.error:
-                res.error = redact(ev.error, api_key)
+                res.error, res.broken = redact(ev.error, api_key), ev.broken
                 break
             if ev.input_tokens is not None:
                 res.prompt_tokens = ev.input_tokens
@@ -168,6 +185,9 @@ def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len:
                 continue
             now = time.perf_counter()
             tokens += ev.tokens
+            events += 1
+            if events > limit or not count_ok(tokens):
+                raise ValueError(f"the server streamed more than {limit} token events or 2**53 tokens for max_tokens {output_len}")
             if last is None:
                 res.ttft = now - start
             else:
@@ -180,8 +200,11 @@ def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len:
             res.error = "no tokens streamed"
     except Exception as exc:  # whatever the server or the network did, the request is a counted failure
         res.ok = False
-        res.error = redact(f"{type(exc).__name__}: {exc}", api_key)
+        res.broken = dog is not None and (dog.fired or not isinstance(exc, OSError) or isinstance(exc, TimeoutError))
+        res.error = failure(exc, dog, api_key, by_deadline)
     finally:
+        if dog is not None:
+            dog.cancel()
         if conn is not None:
             conn.close()
     return res

@@ -18,7 +18,7 @@ from envkit.adapters.fetch import download, get_text
 from envkit.app.generate import Generated, generate_pip
 from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
-from envkit.app.serving import Prepared, carry
+from envkit.app.serving import Prepared, staged
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
@@ -220,8 +220,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                              "pass --find-links DIR holding it (from the vendor's wheel site)")
     engine = _answering(engine)
     found = recheck(root, old, set(g.files), {c.path for c in g.plan.carried}, force) if root.is_dir() else None
-    write_tree(out, g.files, force)
-    carry(serving, root, say)
+    write_tree(out, g.files, force, staged(serving, say))  # the model committed with the files, as generate does
     if found is not None:
         remove_doomed(root, found)
         for rel, why in found.doomed:

@@ -7,8 +7,10 @@
   one request at a time: the single-batch figures only.
 
 Every fault that can be seen before measuring is seen first: the specs and options (exit 2), then each server's
-readiness and one warm-up request (exit 4 with the server's reason), and the hf: Python's torch and transformers
-(exit 2), so a comparison never fails on its third engine after minutes on the first two. Then each engine runs the
+readiness and one warm-up request (exit 4 with the server's reason; exit 6 where the server answers but not as an
+OpenAI server: app/sweep.py's ServerError), and the hf: Python's torch and transformers (exit 2), so a comparison
+never fails on its third engine after minutes on the first two. Each request has --request-timeout (default 300 s)
+for its whole answer; every server text is redacted and its control characters escaped (model/redact.py). Then each engine runs the
 concurrency levels (1 first, always: the single batch is level 1), the servers through app/sweep.py's run_level.
 """
 from __future__ import annotations
@@ -26,9 +28,10 @@ from envkit.app import sweep
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import MAX_DATASET_BYTES, parse_file
 from envkit.core.compare import HF, Comparison, EngineRun, EngineSpec, SingleBatch, levels_with_one, parse_dtypes, parse_engines
-from envkit.core.sweep import RequestResult, parse_dataset, random_requests
+from envkit.core.sweep import REQUEST_TIMEOUT_S, RequestResult, parse_dataset, random_requests
 from envkit.errors import ExternalError, InputError
 from envkit.inimage import compare_hf
+from envkit.model.redact import safe_text
 from envkit.model.results import LevelResult
 
 HF_FIX = "give --hf-python PATH: a Python that has torch and transformers (e.g. .vllm-venv/bin/python)"
@@ -50,6 +53,7 @@ class CompareRequest:
     api_key: Optional[str] = field(default=None, repr=False)  # never shown, never written
     hf_python: Optional[str] = None  # the Python that runs hf: engines; None: this one
     trust_remote_code: bool = False  # hf: models with their own code (Qwen-7B-Chat)
+    request_timeout: float = REQUEST_TIMEOUT_S  # seconds one server request may take, connecting to its last line
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def check(req: CompareRequest) -> Checked:
     """The request's own faults, before any process or network: InputError, one line."""
     specs = parse_engines(req.engines)
     levels = levels_with_one(sweep.check(sweep.SweepRequest("openai:http://127.0.0.1", concurrency=req.concurrency,
-                                                            ready_timeout=req.ready_timeout)))
+                                                            ready_timeout=req.ready_timeout, request_timeout=req.request_timeout)))
     dtypes = parse_dtypes(req.dtypes, specs)
     if not req.site.strip() or "\n" in req.site or len(req.site) > 80:
         raise InputError(f"--site {req.site!r} is not a one-line label of at most 80 characters", 'write --site "CPU (this host)"')
@@ -124,7 +128,7 @@ def run_hf(spec: EngineSpec, requests: Sequence[tuple[Any, int]], dtype: str, re
         raise ExternalError(f"{spec.name}: transformers could not decode {spec.target} in {python}: {why}",
                             "check the model directory (config.json, tokenizer, weights) and --dtype; --trust-remote-code for models with their own code")
     results = [RequestResult(ok=bool(r["ok"]), prompt_tokens=int(r["prompt_tokens"]), output_tokens=int(r["output_tokens"]),
-                             latency=float(r["latency_s"]), error=str(r.get("error", "")), output_chars=int(r["output_chars"]))
+                             latency=float(r["latency_s"]), error=safe_text(str(r.get("error", ""))), output_chars=int(r["output_chars"]))
                for r in doc["requests"]]
     reporter.requests_done(1, len(results), len(requests))
     return EngineRun(spec.name, spec.kind, spec.target, str(doc["dtype"]), Path(spec.target).name, SingleBatch.of(results),
@@ -140,8 +144,10 @@ def run_server(spec: EngineSpec, model: str, extras: bool, requests: Sequence[tu
                req: CompareRequest, reporter: Reporter = Silent()) -> EngineRun:
     endpoint = spec.endpoint or "completions"
     reqs = _requests_for(spec, requests)
-    reporter.say(f"{spec.name}: {len(reqs)} requests at concurrency {', '.join(map(str, levels))} to {endpoint} at {spec.target} ({model})")
-    sweep.one_request(spec.target, model, reqs[0][0], 2, api_key=req.api_key, endpoint=endpoint, extras=extras)  # warm again, untimed
+    reporter.say(f"{spec.name}: {len(reqs)} requests at concurrency {', '.join(map(str, levels))} to {endpoint} at {spec.target} "
+                 f"({safe_text(model, (), 80)})")
+    sweep.one_request(spec.target, model, reqs[0][0], 2, api_key=req.api_key, endpoint=endpoint, extras=extras,
+                      request_timeout=req.request_timeout)  # warm again, untimed
     kept: list[RequestResult] = []
     rows = []
     for c in levels:
@@ -149,7 +155,8 @@ def run_server(spec: EngineSpec, model: str, extras: bool, requests: Sequence[tu
             reporter.requests_done(c, done, total)
 
         rows.append(LevelResult.from_json(sweep.run_level(spec.target, model, reqs, c, progress, math.inf, req.seed, req.api_key,
-                                                          endpoint=endpoint, extras=extras, kept=kept if c == 1 else None)))
+                                                          endpoint=endpoint, extras=extras, kept=kept if c == 1 else None,
+                                                          request_timeout=req.request_timeout)))
     return EngineRun(spec.name, spec.kind, spec.target, dtype, model, SingleBatch.of(kept), tuple(rows), endpoint)
 
 
@@ -163,13 +170,14 @@ def compare(req: CompareRequest, reporter: Reporter = Silent()) -> Comparison:
             if not any(x.kind == HF for x in checked.specs[:checked.specs.index(s)]):
                 check_hf_python(_python(req), reporter)
             continue
-        served = sweep.wait_ready(s.target, req.ready_timeout, req.api_key, reporter)
+        served = sweep.wait_ready(s.target, req.ready_timeout, req.api_key, reporter, model=req.model_name)
         model = sweep.choose_model(req.model_name, served, s.target, reporter)
         endpoint = s.endpoint or "completions"
         def say(message: str, name: str = s.name) -> None:
             reporter.say(f"{name}: {message}")
 
-        extras = sweep.warm_up(s.target, model, _requests_for(s, requests[:1])[0][0], served, req.api_key, endpoint=endpoint, say=say)
+        extras = sweep.warm_up(s.target, model, _requests_for(s, requests[:1])[0][0], served, req.api_key, endpoint=endpoint, say=say,
+                               request_timeout=req.request_timeout)
         ready[s.name] = (model, extras)
     runs = []
     for s in checked.specs:

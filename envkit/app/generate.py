@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from envkit.adapters.context_dir import load_engine_templates, load_templates, write_tree
-from envkit.app.serving import Prepared, carry
+from envkit.app.serving import Prepared, model_json, staged
 from envkit.config import matrix_file
 from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
@@ -21,7 +20,7 @@ from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
-from envkit.model.plan import SERVE_PORT, BuildPlan, Options
+from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, Options
 from envkit.model.site import Site
 from envkit.model.solution import Result, Unsolved
 
@@ -108,14 +107,41 @@ def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions) -> st
     return " ".join(shlex.quote(p) for p in parts)
 
 
+PIP_STACK_OPTIONS = ("--offline", "--host-march", "--toolkit", "--max-jobs", "--nvcc-threads", "--serve")
+"""generate's options that shape a stack envkit builds with pip; a container engine refuses them."""
+_CONTAINER_REFUSAL = {
+    "--offline": ("an offline build carries every artifact in a bundle, and a container engine's image is pulled from "
+                  "NVIDIA's registry (or the site's mirror of it; a backend image's build-backend.sh downloads its sources)",
+                  "drop --offline (--mirror SITE.toml pulls through the site's registry), or build a pip stack "
+                  "(--engine torch or vllm) for an offline bundle"),
+    "--serve": ("--serve bakes a model into a vLLM server envkit builds with pip; the container serves through its own "
+                "server", "drop --serve and its options (see envkit/build-engine.sh in the context for the model)"),
+}
+_COMPILE_REFUSAL = ("--toolkit, --host-march, --max-jobs and --nvcc-threads shape what a pip stack compiles, and a "
+                    "container engine compiles nothing here", "")
+
+
+def given_options(opts: Options, given: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The pip-stack options a request names: given on the command line, or set away from their defaults."""
+    differ = {"--offline": opts.offline, "--host-march": opts.host_march != DEFAULT_HOST_MARCH, "--toolkit": opts.toolkit is not None,
+              "--max-jobs": opts.max_jobs is not None, "--nvcc-threads": opts.nvcc_threads is not None, "--serve": opts.serve is not None}
+    return tuple(n for n in PIP_STACK_OPTIONS if differ[n] or n in given)
+
+
 def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, opts: Options, eopts: EngineOptions,
-                    out: Optional[str], force: bool) -> GeneratedEngine:
-    """The context of a container engine; the pip-stack options (--toolkit, --serve, --host-march...) do not apply."""
+                    out: Optional[str], force: bool, given: frozenset[str] = frozenset()) -> GeneratedEngine:
+    """The context of a container engine; the pip-stack options (--offline, --toolkit, --serve, --host-march...) do not
+    apply, nor the engine options its files would not use: each is refused (exit 2), never dropped."""
     sol = result.engine
     assert sol is not None
-    if opts.serve is not None or opts.toolkit is not None:
-        raise InputError(f"--engine {sol.engine} is a container: --serve and --toolkit build pip stacks",
-                         "drop them (the container serves through its own server; see envkit/build-engine.sh in the context)")
+    named = given_options(opts, given)
+    if named:
+        first = next((n for n in named if n in _CONTAINER_REFUSAL), None)
+        why, fix = _CONTAINER_REFUSAL[first] if first else _COMPILE_REFUSAL
+        fix = fix or f"drop {' and '.join(named)}"
+        raise InputError(f"--engine {sol.engine} is a container ({sol.image}): {', '.join(named)} do{'es' if len(named) == 1 else ''} "
+                         f"not apply: {why}", fix)
+    eopts.refuse_unused(sol.engine, sol.workflow)
     wheel = wheel_base(m, sol) if eopts.from_wheel else None
     folder = None if wheel is not None else templates_for(sol)
     templates = load_engine_templates(folder) if folder else {}
@@ -133,16 +159,21 @@ class Generated:
     files: dict[str, bytes]
     command: str
     out: Optional[str] = None  # where the files were written; None for a dry run
+    model: Optional[dict[str, Any]] = None  # a serving image's model: its digest, and what was left out of it and why
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.plan.to_json(), "command": self.command, "out": self.out, "files": sorted(self.files)}
+        doc = {**self.plan.to_json(), "command": self.command, "out": self.out, "files": sorted(self.files)}
+        return doc if self.model is None else {**doc, "model": self.model}
 
 
 def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Optional[str] = None,
              mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None,
              force: bool = False, serving: Optional[Prepared] = None, engine_opts: EngineOptions = EngineOptions(),
-             say: Callable[[str], None] = lambda _: None, host_facts: Optional[str] = None) -> Union[Generated, GeneratedEngine, Unsolved]:
-    return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None, host_facts)
+             say: Callable[[str], None] = lambda _: None, host_facts: Optional[str] = None,
+             given: frozenset[str] = frozenset()) -> Union[Generated, GeneratedEngine, Unsolved]:
+    """`given`: the options the command line named (--offline, --host-march, --tp...), so one given at its default
+    value is refused where it does not apply, like one set away from it."""
+    return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None, host_facts, given)
 
 
 def generate_pip(flags: ResolveFlags, *, command: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
@@ -157,10 +188,11 @@ def generate_pip(flags: ResolveFlags, *, command: str, matrix_path: Optional[str
 
 def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[str], mirror: Optional[str], opts: Options,
               out: Optional[str], force: bool, serving: Optional[Prepared], engine_opts: EngineOptions,
-              say: Callable[[str], None], pip_only: Optional[str], host_facts: Optional[str] = None
-              ) -> Union[Generated, GeneratedEngine, Unsolved]:
-    """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole (and a serving image's
-    model into its model/)."""
+              say: Callable[[str], None], pip_only: Optional[str], host_facts: Optional[str] = None,
+              given: frozenset[str] = frozenset()) -> Union[Generated, GeneratedEngine, Unsolved]:
+    """Resolve (or replay a lock), plan and render; with `out`, write the context there, whole: the generated files and a
+    serving image's model/ staged, then committed together."""
+    engine_opts.check()  # --max-batch-size 0 is refused whatever the engine
     if serving is not None:
         opts = replace(opts, serve=serving.serve)
     m = matrix_file.load(matrix_path)
@@ -171,9 +203,9 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
             raise InputError("--lock replays a resolved query; resolve flags cannot be combined with it",
                              "drop the resolve flags, or drop --lock to resolve anew")
         locked = read_lock(lock)
-        given = locked.query
+        query_flags = locked.query
         try:
-            query = parse_query(m, given)
+            query = parse_query(m, query_flags)
         except InputError as exc:  # the lock's query, edited or from another envkit: name the file
             raise InputError(f"lock file {lock}: {exc.message}", exc.fix) from None
         except ValueError as exc:
@@ -183,7 +215,7 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
         if opts.toolkit is None and locked.toolkit == "pip":  # replayed as it was made, unless --toolkit says otherwise
             opts = replace(opts, toolkit="pip")
     else:
-        result, given = solve(m, flags, site, host_facts)
+        result, query_flags = solve(m, flags, site, host_facts)
     if result.engine is not None:
         if pip_only is not None:
             raise InputError(f"envkit {pip_only} makes pip stacks; --engine {result.engine.engine} is NVIDIA's container "
@@ -192,13 +224,13 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
                              "or --engine torch / --engine vllm for a stack envkit builds")
         if locked is not None:
             raise InputError("--lock replays a pip stack; a container engine is named by its resolve flags", "drop --lock")
-        return generate_engine(m, result, given, site, opts, engine_opts, out, force)
+        return generate_engine(m, result, query_flags, site, opts, engine_opts, out, force, given)
     if result.solution is None:
         return Unsolved(result)
+    engine_opts.refuse_on_pip_stack()
     p = plan(m, result.solution, site, opts)
-    command = command_line(given, site, opts, lock)
-    files = render(p, load_templates(), command, make_lock(m, given, result, site, opts, locked, toolkit=p.toolkit).to_json())
+    command = command_line(query_flags, site, opts, lock)
+    files = render(p, load_templates(), command, make_lock(m, query_flags, result, site, opts, locked, toolkit=p.toolkit).to_json())
     if out is not None:
-        write_tree(out, files, force)
-        carry(serving, Path(out), say)
-    return Generated(p, result, files, command, out)
+        write_tree(out, files, force, staged(serving, say))
+    return Generated(p, result, files, command, out, model_json(serving))

@@ -1,18 +1,22 @@
 """A serving image's request (--serve DIR and its options) read into the plan's Serve value, and the model carried into
-the build context. The model directory is read once, here; the planner sees only its name, digest and size."""
+the build context. The model directory is read once, here; the planner sees only its name, digest, size and what was
+left out of it."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from envkit.adapters.context_dir import Populate
 from envkit.adapters.engine import ContainerEngine, split_ref
-from envkit.adapters.model_dir import ModelTree, place_model, read_model
+from envkit.adapters.model_dir import ModelTree, read_model, stage_model
 from envkit.app import containers
 from envkit.errors import InputError, PreflightError
 from envkit.model.container import ContainerSpec
 from envkit.model.plan import SERVE_PORT, Serve
+from envkit.model.redact import redact
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 
@@ -32,25 +36,76 @@ class Prepared:
     tree: ModelTree
 
 
+_SECRET_WORDS = frozenset({"key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "credential", "credentials"})
+_SECRET_ENV = {"api-key": "VLLM_API_KEY", "hf-token": "HF_TOKEN"}  # vLLM reads VLLM_API_KEY; huggingface_hub HF_TOKEN
+
+
+def secret_option(args: tuple[str, ...]) -> Optional[str]:
+    """The first option of `args` that carries a secret with a value (vLLM's --api-key, --hf-token, and any option
+    whose name has the word key, token, secret or password: --x-api-key=V, or --x-token V), by its name alone."""
+    for i, a in enumerate(args):
+        if not a.startswith("-"):
+            continue
+        name, eq, value = a.partition("=")
+        words = re.split(r"[-_.]+", name.lstrip("-").lower())
+        if not _SECRET_WORDS & set(words):
+            continue
+        if (eq and value) or (i + 1 < len(args) and args[i + 1] and not args[i + 1].startswith("-")):
+            return name
+    return None
+
+
+def check_args(args: tuple[str, ...]) -> None:
+    """--serve-arg / serve_args: one argument each, no control characters, and no secret (they are written into the
+    Dockerfile and the image's ENTRYPOINT, which anyone who pulls the image reads). No value is ever printed."""
+    secret = secret_option(args)
+    if secret is not None:
+        var = _SECRET_ENV.get(secret.lstrip("-").lower())
+        raise InputError(f"--serve-arg {secret} carries a secret, and the server's arguments are written into the Dockerfile "
+                         "and the image's ENTRYPOINT, where anyone who pulls the image reads them",
+                         f"pass it at run time: envkit serve --env {var}=..." if var else
+                         "pass it at run time, in the environment the server reads it from: envkit serve --env NAME=... "
+                         "(vLLM reads its API key from VLLM_API_KEY)")
+    for i, a in enumerate(args, 1):
+        if redact(a) != a:  # a token's shape, a login in a URL, api_key=... inside a value
+            raise InputError(f"--serve-arg number {i} holds what looks like a credential (a token, a key, a login in a URL), and "
+                             "the server's arguments are written into the Dockerfile and the image's ENTRYPOINT",
+                             "pass it at run time, in the environment the server reads it from: envkit serve --env NAME=... "
+                             "(vLLM reads its API key from VLLM_API_KEY)")
+        if not a or any(ord(ch) < 32 or ord(ch) == 127 for ch in a):
+            raise InputError(f"--serve-arg number {i} ({a.partition('=')[0][:40]!r}) is empty or holds a control character",
+                             "pass one argument per --serve-arg, e.g. --serve-arg=--dtype=float32")
+
+
 def prepare(req: ServeRequest, say: Callable[[str], None]) -> Prepared:
     name = req.name or Path(req.model.rstrip("/")).name
     if not _NAME.fullmatch(name):
         raise InputError(f"served model name {name!r} is not a name clients can send",
                          "pass --served-model-name with letters, digits and . _ / - (e.g. qwen-7b)")
-    for a in req.args:
-        if not a or any(ord(ch) < 32 for ch in a):
-            raise InputError(f"--serve-arg {a!r} is empty or holds a control character", "pass one argument per --serve-arg, e.g. --serve-arg=--dtype=float32")
+    check_args(req.args)
     if not 1 <= req.port <= 65535:
         raise InputError(f"--serve-port {req.port} is not a TCP port", "use a port from 1 to 65535, e.g. 8000")
     tree = read_model(req.model, say)
     return Prepared(Serve(name=name, sha256=tree.sha256, files=len(tree.files), bytes=tree.bytes, mount=req.mount,
-                          port=req.port, args=req.args), tree)
+                          port=req.port, args=req.args, left_out=tree.left_out), tree)
 
 
-def carry(prepared: Optional[Prepared], out: Path, say: Callable[[str], None]) -> None:
-    """The model into the context's model/ (unless the site mounts it)."""
-    if prepared is not None and not prepared.serve.mount:
-        place_model(prepared.tree, out / "model", say)
+def staged(prepared: Optional[Prepared], say: Callable[[str], None]) -> dict[str, Populate]:
+    """The context's model/ as a tree write_tree stages and commits with the generated files (unless the site mounts
+    the weights): hard links where the file system allows, else copies, all renamed in at once."""
+    if prepared is None or prepared.serve.mount:
+        return {}
+    tree = prepared.tree
+    return {"model": lambda dest, current: stage_model(tree, dest, current, say)}
+
+
+def model_json(prepared: Optional[Prepared]) -> Optional[dict]:
+    """What generate --json says of the model: its digest and size, and what was left out of it and why."""
+    if prepared is None:
+        return None
+    s = prepared.serve
+    return {"name": s.name, "sha256": s.sha256, "files": s.files, "bytes": s.bytes, "mount": s.mount,
+            "left_out": [{"path": p, "why": w} for p, w in s.left_out]}
 
 
 # ---------------------------------------------------------------- envkit serve: the image's server on a network with no route out
@@ -111,15 +166,77 @@ class _Launch:
     port: str
 
 
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?"
+                   r"|\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?")
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_{1,2}|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image reference as the engine reads it (the distribution project's grammar): [HOST[:PORT]/]PATH[:TAG][@DIGEST].
+    The first component is the registry host only when it holds a dot or a colon, is localhost, or has capitals;
+    otherwise the engine goes to Docker Hub."""
+    host: Optional[str]
+    path: tuple[str, ...]
+    tag: Optional[str]
+    digest: Optional[str]
+
+
+def parse_ref(ref: str) -> Optional[ImageRef]:
+    if not ref or len(ref) > 255 or not ref.isascii() or not ref.isprintable() or " " in ref:
+        return None
+    name, _, digest = ref.partition("@")
+    if (digest and not _DIGEST.fullmatch(digest)) or ref.endswith("@"):
+        return None
+    tag = None
+    if name.rfind(":") > name.rfind("/"):
+        name, _, tag = name.rpartition(":")
+        if not _TAG.fullmatch(tag):
+            return None
+    parts = name.split("/")
+    host = None
+    if len(parts) > 1 and (any(c in parts[0] for c in ".:") or parts[0] == "localhost" or parts[0].lower() != parts[0]):
+        host, parts = parts[0], parts[1:]
+        if not _HOST.fullmatch(host):
+            return None
+    if not parts or not all(_COMPONENT.fullmatch(p) for p in parts):
+        return None
+    return ImageRef(host, tuple(parts), tag, digest or None)
+
+
+def _shown_ref(ref: str) -> str:
+    """A reference that did not parse, as it may be printed: one whose '@' starts no digest may be USER:PASSWORD@HOST."""
+    name, at, digest = ref.partition("@")
+    return repr(ref) if not at or _DIGEST.fullmatch(digest) else "with an '@' that starts no @sha256:DIGEST (a login? it is not printed)"
+
+
+def check_start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, shm_size: str = "2g",
+                timeout: float = 900.0) -> None:
+    """Every check of serve's request that needs no engine: done before the engine is contacted (exit 2 without one)."""
+    if parse_ref(image) is None:
+        raise InputError(f"--image {_shown_ref(image)} is not an image reference", "pass the serving image's tag (e.g. envkit/serve:tiny) or ID")
+    _env(env)
+    if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
+        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"--timeout {timeout} is not a number of seconds", "give a finite number of seconds above 0, e.g. --timeout 900")
+    if model_dir is not None:
+        if any(ord(ch) < 32 for ch in model_dir) or not Path(model_dir).is_dir():
+            raise InputError(f"--model-dir {model_dir!r}: no such directory", "pass the model's directory (it holds config.json)")
+        if not Path(model_dir, "config.json").is_file():
+            raise InputError(f"--model-dir {model_dir}: no config.json", "pass the model's directory")
+
+
 def _launch(image: str, env: tuple[str, ...], model_dir: Optional[str], shm_size: str, engine: ContainerEngine) -> _Launch:
     """Every check of the request and the image, and the container to start: nothing is started here."""
     import secrets
 
     from envkit.model.plan import MODEL_DIR
 
+    check_start(image, env, model_dir, shm_size)
     variables = _env(env)
-    if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
-        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
     engine.require_image(image)
     labels = engine.labels(image)
     name = labels.get("io.envkit.model.name")
@@ -144,6 +261,7 @@ def plan_start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] =
     """serve --dry-run: the server's container, its GPUs and what the image was built for; nothing is started."""
     from envkit.adapters.engine import Engine
 
+    check_start(image, env, model_dir, shm_size)
     engine = engine or Engine.connect()
     return containers.PlannedRun("envkit serve", _launch(image, env, model_dir, shm_size, engine).spec, containers.expects(engine, image))
 
@@ -158,6 +276,7 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
     from envkit.adapters.engine import Engine
     from envkit.errors import ExternalError
 
+    check_start(image, env, model_dir, shm_size, timeout)
     engine = engine or Engine.connect()
     launch = _launch(image, env, model_dir, shm_size, engine)
     spec = launch.spec
@@ -230,7 +349,24 @@ class Pushed:
                 "model": self.model, "model_sha256": self.model_sha256}
 
 
-_REF = re.compile(r"[a-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9._/-]+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?")
+def check_push(ref: str, username: Optional[str], password: Optional[str]) -> None:
+    """push --to: a reference whose first component is the site's registry (a push without one goes to Docker Hub), with
+    a tag and no digest; and a whole login or none. Checked before the engine is contacted."""
+    fix = "write e.g. --to registry.intra:5000/llm/qwen-7b:v1"
+    parsed = parse_ref(ref)
+    if parsed is None:
+        raise InputError(f"--to {_shown_ref(ref)} is not REGISTRY/REPOSITORY[:TAG]",
+                         fix + ("; a registry login goes to --username and the password on stdin" if "@" in ref else ""))
+    if parsed.host is None:
+        raise InputError(f"--to {ref!r} names no registry host, so the engine would push it to Docker Hub (docker.io/"
+                         f"{'/'.join(parsed.path) if len(parsed.path) > 1 else 'library/' + parsed.path[0]})",
+                         "put the site's registry first (a host with a dot or a port, or localhost): --to registry.intra:5000/"
+                         + "/".join(parsed.path) + (f":{parsed.tag}" if parsed.tag else ""))
+    if parsed.digest is not None:
+        raise InputError(f"--to {ref!r} names a digest; a push names a tag (the registry answers the digest)", fix)
+    if bool(username) != bool(password):
+        raise InputError("a registry login needs both --username and the password (on stdin, or ENVKIT_REGISTRY_PASSWORD)",
+                         "pass --username NAME --password-stdin, or neither for a registry without login")
 
 
 def push(image: str, ref: str, username: Optional[str], password: Optional[str], say: Callable[[str], None] = lambda _: None,
@@ -238,11 +374,7 @@ def push(image: str, ref: str, username: Optional[str], password: Optional[str],
     """Tag `image` as `ref` (REGISTRY/REPO[:TAG]) and push it; the credentials live in this call only."""
     from envkit.adapters.engine import Engine
 
-    if not _REF.fullmatch(ref):
-        raise InputError(f"--to {ref!r} is not REGISTRY/REPOSITORY[:TAG]", "write e.g. --to registry.intra:5000/llm/qwen-7b:v1")
-    if bool(username) != bool(password):
-        raise InputError("a registry login needs both --username and the password (on stdin, or ENVKIT_REGISTRY_PASSWORD)",
-                         "pass --username NAME --password-stdin, or neither for a registry without login")
+    check_push(ref, username, password)
     engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)

@@ -19,8 +19,17 @@ in flight. An API key (--api-key, OPENAI_API_KEY) goes in `Authorization: Bearer
 Triton's readiness wait is GET /v2/health/ready, then GET /v2/models/MODEL/ready (MODEL: --model, default ensemble).
 
 The requests go through adapters/openai_http.py or adapters/triton_http.py (http.client, threads here); a failed
-request of a level (HTTP error, an error event inside the stream, connection drop, out of memory on the server) is a
-counted failure, never a crash.
+request of a level (HTTP error, an error event inside the stream, connection drop, out of memory on the server, a
+stream broken or past its deadline) is a counted failure, never a crash.
+
+Deadlines (fuzz report 3): --ready-timeout bounds the whole readiness wait, each probe included; --request-timeout
+(default 300 s) bounds each request from connecting to its last line, keep-alive comments and trickled bytes
+included; --sweep-timeout (default none) bounds the whole run, readiness wait to last level: a request in flight
+when it passes is cut, one not yet sent is not sent, and both are counted failures (exit 1, the levels reached are
+reported). A server that answers but not as its protocol says (an HTML page or no model list at /v1/models, a
+3xx/4xx/5xx from /health, a wrong base URL such as .../v1, a warm-up whose stream is broken or stalled) stops the
+sweep with one line and exit 6 (ServerError) naming what was seen; one that never answers, exit 4. Every text made
+from the server's bytes is redacted, its control characters escaped, before it is cut or shown (model/redact.py).
 """
 from __future__ import annotations
 
@@ -34,8 +43,9 @@ from typing import Callable, Optional, Sequence, Union
 from envkit.adapters import openai_http, triton_http
 from envkit.app.reporter import Reporter, Silent
 from envkit.config.userfile import MAX_DATASET_BYTES, parse_file
-from envkit.core.sweep import RequestResult, arrival_offsets, parse_dataset, random_requests, summarize
-from envkit.errors import ExternalError, InputError
+from envkit.core.sweep import REQUEST_TIMEOUT_S, RequestResult, arrival_offsets, parse_dataset, random_requests, summarize
+from envkit.errors import ExternalError, InputError, ServerError
+from envkit.model.redact import safe_text
 from envkit.model.results import LevelResult, SweepResult
 
 Prompt = Union[str, list[int]]
@@ -46,28 +56,47 @@ TRITON = "triton"
 ENDPOINTS = tuple(openai_http.ENDPOINTS)  # --endpoint, OpenAI only: completions (the default) or chat
 TRITON_ENDPOINT = "generate_stream"  # what a Triton sweep's document records as its endpoint
 REFUSED_AS_BAD = ("HTTP 400", "HTTP 422")  # a warm-up refused with these is tried once more without the extra keys
+URL_FIX = "check the URL: the server's base, http://HOST:PORT (drop a trailing /v1)"
+TRITON_URL_FIX = "check the URL: the Triton server's HTTP port, http://HOST:PORT (drop a trailing /v2)"
+SHOWN_MODELS = 5  # model ids named in a line; the rest counted
+
+
+def _not_sent() -> RequestResult:
+    return RequestResult(ok=False, error="not sent: the sweep's deadline (--sweep-timeout) had passed")
+
+
+def _passed(deadline: Optional[float]) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def one_request(url: str, model: str, prompt: Prompt, output_len: int, api_key: Optional[str] = None, protocol: str = "openai",
-                nest: bool = False, endpoint: str = "completions", extras: bool = True) -> RequestResult:
+                nest: bool = False, endpoint: str = "completions", extras: bool = True, request_timeout: float = REQUEST_TIMEOUT_S,
+                deadline: Optional[float] = None) -> RequestResult:
     """One streamed request in the server's protocol: OpenAI /v1/completions or /v1/chat/completions (`endpoint`, with or
-    without vLLM's extra keys), or Triton's generate_stream."""
+    without vLLM's extra keys), or Triton's generate_stream; at most `request_timeout` seconds, and none past `deadline`
+    (time.monotonic())."""
+    if _passed(deadline):
+        return _not_sent()
     if protocol == TRITON:
-        return triton_http.one_request(url, model, prompt, output_len, api_key=api_key, nest=nest)
-    return openai_http.one_request(url, model, prompt, output_len, api_key=api_key, endpoint=endpoint, extras=extras)
+        return triton_http.one_request(url, model, prompt, output_len, timeout=request_timeout, api_key=api_key, nest=nest, deadline=deadline)
+    return openai_http.one_request(url, model, prompt, output_len, timeout=request_timeout, api_key=api_key, endpoint=endpoint,
+                                   extras=extras, deadline=deadline)
 
 
 def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], concurrency: int,
               progress: Optional[Callable[[int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
               api_key: Optional[str] = None, protocol: str = "openai", nest: bool = False, endpoint: str = "completions",
-              extras: bool = True, kept: Optional[list[RequestResult]] = None) -> dict:
+              extras: bool = True, kept: Optional[list[RequestResult]] = None, request_timeout: float = REQUEST_TIMEOUT_S,
+              deadline: Optional[float] = None) -> dict:
     """All `requests` at one concurrency: at most `concurrency` in flight, sent at once or at `request_rate` per second.
-    With `kept`, each request's own result is appended to it too (envkit compare's single batch)."""
+    With `kept`, each request's own result is appended to it too (envkit compare's single batch). Past `deadline`
+    (time.monotonic()), what is in flight is cut and the rest is not sent: counted failures."""
     done = [0]
     lock = threading.Lock()
 
     def task(req: tuple[Prompt, int]) -> RequestResult:
-        r = one_request(url, model, *req, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint, extras=extras)
+        r = one_request(url, model, *req, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint, extras=extras,
+                        request_timeout=request_timeout, deadline=deadline)
         with lock:
             done[0] += 1
             if progress:
@@ -80,6 +109,8 @@ def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], conc
         futures = []
         for req, at in zip(requests, offsets):
             wait = start + at - time.perf_counter()
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
             if wait > 0:
                 time.sleep(wait)
             futures.append(pool.submit(task, req))
@@ -90,28 +121,67 @@ def run_level(url: str, model: str, requests: Sequence[tuple[Prompt, int]], conc
     return summarize(results, wall, concurrency)
 
 
-def wait_ready(url: str, timeout: float, api_key: Optional[str] = None, reporter: Reporter = Silent()) -> list[str]:
+def _refused(url: str, ans: openai_http.Answer, api_key: Optional[str]) -> ExternalError:
+    return ExternalError(f"the server at {url} refused the request: {_one_line(ans.error)}",
+                         "check --api-key (or OPENAI_API_KEY)" if api_key else "give the server's key with --api-key or OPENAI_API_KEY")
+
+
+def _seen(ans: openai_http.Answer) -> str:
+    """What a probe got, for a line: the status and the start of the body (or where a redirect points)."""
+    if ans.status is None:
+        return _one_line(ans.error)
+    if 300 <= ans.status < 400:
+        return f"HTTP {ans.status}, a redirect{' to ' + ans.location if ans.location else ''} (not followed)"
+    if ans.status == 200:
+        what = ("an empty body" if not ans.text else "an answer that is not JSON" if ans.doc is None else
+                "an empty model list" if isinstance(ans.doc, dict) and ans.doc.get("data") == [] else "JSON without a model list")
+        return f"HTTP 200 with {what}{': ' + _one_line(ans.text, 80) if ans.text and ans.doc is None else ''}"
+    return _one_line(ans.error, 160)
+
+
+def _probe_s(deadline: float) -> float:
+    """One probe's own deadline: at most 5 s, and not much past the wait's."""
+    return max(0.2, min(5.0, deadline - time.monotonic()))
+
+
+def wait_ready(url: str, timeout: float, api_key: Optional[str] = None, reporter: Reporter = Silent(),
+               model: Optional[str] = None) -> list[str]:
     """Poll GET /v1/models (or /health where a server has no model list) until the server answers, at most `timeout`
-    seconds; the model ids it lists (empty where it lists none). ExternalError, one line, when it never answers or
-    refuses the key."""
+    seconds in all (each probe too is bounded); the model ids it lists (empty where it lists none). ExternalError, one
+    line, when it never answers or refuses the key. ServerError (exit 6) when it answers, but not as an OpenAI server:
+    /v1/models and /health both a 3xx or 4xx (a wrong base URL: every path a 404) at once, a 5xx still at the
+    deadline; and, where no `model` is given, a /v1/models of 200 with no model in it (an HTML page, {"data": []}) or a
+    3xx/4xx/5xx beside a healthy /health (a 404 there is a server without a model list: choose_model asks for --model)."""
     deadline = time.monotonic() + timeout
     said_at: Optional[float] = None
     while True:
-        left = deadline - time.monotonic()
-        ans = openai_http.get(url, "/v1/models", api_key, timeout=max(0.5, min(5.0, left)))
-        if ans.status == 200:
-            return openai_http.model_ids(ans.doc)
+        ans = openai_http.get(url, "/v1/models", api_key, timeout=_probe_s(deadline))
+        ids = openai_http.model_ids(ans.doc) if ans.status == 200 else []
+        if ids or (ans.status == 200 and model):
+            if api_key and any(safe_text(m, (api_key,), None) != safe_text(m, (), None) for m in ids):
+                raise ServerError(f"the server at {url} lists a model whose id holds the API key sent to it",
+                                  "check the server: it echoes the key into its model list")
+            return ids
         if ans.status in (401, 403):
-            raise ExternalError(f"the server at {url} refused the request: {_one_line(ans.error)}",
-                                "check --api-key (or OPENAI_API_KEY)" if api_key else "give the server's key with --api-key or OPENAI_API_KEY")
+            raise _refused(url, ans, api_key)
         if ans.status is not None and ans.status not in NOT_READY:  # it answers, but has no model list: is it healthy?
-            health = openai_http.get(url, "/health", api_key, timeout=max(0.5, min(5.0, left)))
-            if health.status is not None and health.status not in NOT_READY:
-                return []
-            ans = health
-        reason = _one_line(ans.error)
+            health = openai_http.get(url, "/health", api_key, timeout=_probe_s(deadline))
+            if health.status in (401, 403):
+                raise _refused(url, health, api_key)
+            if health.status is not None and 200 <= health.status < 300:
+                if model or ans.status == 404:
+                    return []
+                raise ServerError(f"the server at {url} lists no model at /v1/models: {_seen(ans)} (GET /health: HTTP {health.status})",
+                                  f"{URL_FIX}, and the server's log; or give the served model's name with --model NAME")
+            if health.status is not None and health.status < 500:  # 3xx/4xx on both paths: not an OpenAI server's base URL
+                raise ServerError(f"the server at {url} answered GET /v1/models with {_seen(ans)} and GET /health with {_seen(health)}",
+                                  URL_FIX)
+            ans = health  # none yet, loading (502-504), or a 5xx that may pass: waited on (a 5xx still there at the end: exit 6)
+        reason = _seen(ans)
         left = deadline - time.monotonic()
         if left <= 0:
+            if ans.status is not None and ans.status not in NOT_READY:
+                raise ServerError(f"the server at {url} still answered {reason} after {timeout:g} s", f"check the server's log; {URL_FIX}")
             raise ExternalError(f"server at {url} did not answer within {timeout:g} s: {reason}", "start it / check the URL")
         now = time.monotonic()
         if said_at is None:
@@ -124,38 +194,44 @@ def wait_ready(url: str, timeout: float, api_key: Optional[str] = None, reporter
 
 
 def wait_ready_triton(url: str, model: str, timeout: float, api_key: Optional[str] = None, reporter: Reporter = Silent()) -> None:
-    """Poll GET /v2/health/ready, then GET /v2/models/MODEL/ready, until both answer 200, at most `timeout` seconds; says
-    the server's name and version (GET /v2). ExternalError, one line, when it never does: the model's own reason
-    (unknown, still loading, failed) where the server gives one."""
+    """Poll GET /v2/health/ready, then GET /v2/models/MODEL/ready, until both answer 200, at most `timeout` seconds in
+    all; says the server's name and version (GET /v2). ExternalError, one line, when it never does: the model's own
+    reason (unknown, still loading, failed) where the server gives one. ServerError (exit 6) at once when
+    /v2/health/ready answers a 3xx, 404 or 405 (no Triton server at this base URL), and at the deadline for a 5xx
+    other than 502-504. (Triton answers "not ready" with a 400: waited on.)"""
     deadline = time.monotonic() + timeout
     said_at: Optional[float] = None
     server_ready = False
     while True:
-        left = deadline - time.monotonic()
-        wait = max(0.5, min(5.0, left))
         if not server_ready:
-            ans = triton_http.get(url, "/v2/health/ready", api_key, timeout=wait)
+            ans = triton_http.get(url, "/v2/health/ready", api_key, timeout=_probe_s(deadline))
             server_ready = ans.status == 200
             if server_ready:
-                meta = triton_http.get(url, "/v2", api_key, timeout=wait).doc
+                meta = triton_http.get(url, "/v2", api_key, timeout=_probe_s(deadline)).doc
                 if isinstance(meta, dict) and meta.get("name"):
-                    reporter.say(f"{meta['name']} {meta.get('version', '')} at {url}".strip())
+                    reporter.say(f"{safe_text(str(meta['name']), (api_key,), 80)} {safe_text(str(meta.get('version', '')), (api_key,), 40)} "
+                                 f"at {url}".strip())
+            elif ans.status is not None and (300 <= ans.status < 400 or ans.status in (404, 405)):
+                raise ServerError(f"the server at {url} answered GET /v2/health/ready with {_seen(ans)}: no Triton server at this URL",
+                                  TRITON_URL_FIX)
         if server_ready:
-            ans = triton_http.get(url, triton_http.model_path(model, "ready"), api_key, timeout=wait)
+            ans = triton_http.get(url, triton_http.model_path(model, "ready"), api_key, timeout=_probe_s(deadline))
             if ans.status == 200:
                 return
         if ans.status in (401, 403):
-            raise ExternalError(f"the server at {url} refused the request: {_one_line(ans.error)}",
-                                "check --api-key (or OPENAI_API_KEY)" if api_key else "give the server's key with --api-key or OPENAI_API_KEY")
-        reason = _one_line(_triton_reason(ans))
+            raise _refused(url, ans, api_key)
+        reason = _one_line(_triton_reason(ans, api_key))
         left = deadline - time.monotonic()
         if left <= 0:
             if server_ready:
-                meta = triton_http.get(url, triton_http.model_path(model, "").rstrip("/"), api_key, timeout=5.0)
+                meta = triton_http.get(url, triton_http.model_path(model, "").rstrip("/"), api_key, timeout=1.0)  # a last second
                 if meta.status not in (None, 200):  # "unknown model" says more than "Model version not ready"
-                    reason = _one_line(_triton_reason(meta))
+                    reason = _one_line(_triton_reason(meta, api_key))
                 raise ExternalError(f"model {model} is not ready on the Triton server at {url} within {timeout:g} s: {reason}",
                                     "give a model the server serves with --model NAME (TensorRT-LLM's is ensemble), or check the server's log")
+            if ans.status is not None and ans.status >= 500 and ans.status not in NOT_READY:
+                raise ServerError(f"the server at {url} still answered GET /v2/health/ready with {reason} after {timeout:g} s",
+                                  f"check the server's log; {TRITON_URL_FIX}")
             raise ExternalError(f"server at {url} did not answer GET /v2/health/ready within {timeout:g} s: {reason}",
                                 "start it / check the URL")
         now = time.monotonic()
@@ -169,10 +245,10 @@ def wait_ready_triton(url: str, model: str, timeout: float, api_key: Optional[st
         time.sleep(min(1.0, left))
 
 
-def _triton_reason(ans: openai_http.Answer) -> str:
-    """Why a readiness probe did not answer 200: the server's {"error": ...} where it gave one."""
+def _triton_reason(ans: openai_http.Answer, api_key: Optional[str] = None) -> str:
+    """Why a readiness probe did not answer 200: the server's {"error": ...} where it gave one (a safe line)."""
     if ans.status is not None and isinstance(ans.doc, dict) and ans.doc.get("error"):
-        return f"HTTP {ans.status}: {ans.doc['error']}"
+        return f"HTTP {ans.status}: {safe_text(str(ans.doc['error']), (api_key,), 200)}"
     return ans.error or f"HTTP {ans.status}"
 
 
@@ -183,50 +259,69 @@ def choose_model(asked: Optional[str], served: list[str], url: str, reporter: Re
     if not served:
         raise InputError(f"the server at {url} lists no model at /v1/models", "give the served model's name with --model NAME")
     if len(served) > 1:
-        reporter.say(f"the server serves {len(served)} models ({', '.join(served)}); sweeping the first, {served[0]} "
+        reporter.say(f"the server serves {len(served)} models ({_names(served)}); sweeping the first, {_one_line(served[0], 80)} "
                      "(--model chooses another)")
     return served[0]
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    """A text from the server (or made of one) as one line: redacted, controls escaped, cut (model/redact.py)."""
+    return safe_text(text, (), limit)
 
 
 def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Optional[str] = None, protocol: str = "openai",
-            nest: bool = False, endpoint: str = "completions", say: Callable[[str], None] = lambda _: None) -> bool:
-    """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike).
+            nest: bool = False, endpoint: str = "completions", say: Callable[[str], None] = lambda _: None,
+            request_timeout: float = REQUEST_TIMEOUT_S, deadline: Optional[float] = None) -> bool:
+    """One short request, not counted; when it fails the sweep stops here with its reason (every level would fail alike):
+    ServerError (exit 6) when the server broke the protocol (a stream malformed, runaway, holding an impossible count,
+    or with no end within `request_timeout`), else ExternalError (exit 4: no answer, or the server's own refusal).
     Whether the sweep sends vLLM's extra keys: an OpenAI warm-up refused as a bad request (400, 422) is sent once more
     without them, and when that one passes the sweep goes without them (said); when it fails too, the first reason stands."""
-    r = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint)
+    r = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, nest=nest, endpoint=endpoint,
+                    request_timeout=request_timeout, deadline=deadline)
     if r.ok:
         return True
     if protocol != TRITON and r.error.startswith(REFUSED_AS_BAD):
-        plain = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, endpoint=endpoint, extras=False)
+        plain = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, endpoint=endpoint, extras=False,
+                            request_timeout=request_timeout, deadline=deadline)
         if plain.ok:
             say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.extra_keys(endpoint))}): {_one_line(r.error, 160)}; "
                 "it took one without them, so the sweep sends none: a request may stop before --output-len at its end-of-sequence "
                 "token, and tokens are counted from the streamed chunks where the server sends no usage")
             return False
-    fix = (f"the server serves {', '.join(served)}: give one of them with --model" if served and model not in served
+    failed = f"the warm-up request to {url} (model {_one_line(model, 80)}) failed: {_one_line(r.error)}"
+    if _passed(deadline):
+        raise ExternalError(failed, "give the sweep more time with --sweep-timeout")
+    if r.broken:
+        timed_out = r.error.startswith("timed out")
+        raise ServerError(failed, f"raise --request-timeout (now {request_timeout:g} s) if the server is only slow; else check its log"
+                          if timed_out else f"check the server's log; {URL_FIX if protocol != TRITON else TRITON_URL_FIX}")
+    fix = (f"the server serves {_names(served)}: give one of them with --model" if served and model not in served
            else "check the server's log; every request of the sweep would fail the same way")
-    raise ExternalError(f"the warm-up request to {url} (model {model}) failed: {_one_line(r.error)}", fix)
+    raise ExternalError(failed, fix)
+
+
+def _names(served: Sequence[str]) -> str:
+    more = len(served) - SHOWN_MODELS
+    return ", ".join(_one_line(m, 80) for m in served[:SHOWN_MODELS]) + (f" and {more} more" if more > 0 else "")
 
 
 def sweep(url: str, model: str, concurrency: list[int], requests: Sequence[tuple[Prompt, int]],
           progress: Optional[Callable[[int, int, int], None]] = None, request_rate: float = math.inf, seed: int = 0,
           api_key: Optional[str] = None, served: Sequence[str] = (), protocol: str = "openai", nest: bool = False,
-          endpoint: str = "completions", say: Callable[[str], None] = lambda _: None) -> list:
+          endpoint: str = "completions", say: Callable[[str], None] = lambda _: None, request_timeout: float = REQUEST_TIMEOUT_S,
+          deadline: Optional[float] = None) -> list:
     """One level per concurrency, each sending all `requests` ((prompt, output length) pairs), after one warm-up.
     With endpoint chat, prompts of token ids are turned into words once, here, before any clock runs."""
     if protocol != TRITON and endpoint == "chat":
         requests = [(openai_http.chat_text(p), n) for p, n in requests]
-    extras = warm_up(url, model, requests[0][0], list(served), api_key, protocol, nest, endpoint, say)
+    extras = warm_up(url, model, requests[0][0], list(served), api_key, protocol, nest, endpoint, say, request_timeout, deadline)
 
     def at(level: int) -> Optional[Callable[[int, int], None]]:
         return None if progress is None else (lambda done, total: progress(level, done, total))
 
-    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key, protocol, nest, endpoint, extras) for c in concurrency]
+    return [run_level(url, model, requests, c, at(c), request_rate, seed, api_key, protocol, nest, endpoint, extras,
+                      request_timeout=request_timeout, deadline=deadline) for c in concurrency]
 
 
 @dataclass(frozen=True)
@@ -240,19 +335,23 @@ class SweepRequest:
     dataset: Optional[str] = None
     api_key: Optional[str] = field(default=None, repr=False)  # never shown, never written
     request_rate: float = math.inf  # requests per second; inf: all at once
-    ready_timeout: float = 60.0  # seconds the server may take to answer
+    ready_timeout: float = 60.0  # seconds the server may take to answer, the whole readiness wait
     seed: int = 0  # of the random workload and the arrival times
     nest_parameters: bool = False  # Triton: max_tokens, bad_words, stop_words and stream under "parameters"
     endpoint: Optional[str] = None  # OpenAI: completions (None: the default) or chat; Triton: generate_stream only
+    request_timeout: float = REQUEST_TIMEOUT_S  # seconds one request may take, connecting to its last line
+    sweep_timeout: Optional[float] = None  # seconds the whole run may take, readiness wait to last level; None: no limit
 
     @classmethod
     def asked(cls, engine_url: str, model: Optional[str], concurrency: str, num_prompts: int, input_len: Optional[int],
               output_len: Optional[int], dataset: Optional[str], api_key: Optional[str] = None, request_rate: Optional[float] = None,
-              ready_timeout: Optional[float] = None, nest_parameters: bool = False, endpoint: Optional[str] = None) -> "SweepRequest":
+              ready_timeout: Optional[float] = None, nest_parameters: bool = False, endpoint: Optional[str] = None,
+              request_timeout: Optional[float] = None, sweep_timeout: Optional[float] = None) -> "SweepRequest":
         """From a command's options, where what was not given is None."""
         return cls(engine_url, model or None, concurrency, num_prompts, input_len or cls.input_len, output_len or cls.output_len,
                    dataset, api_key or None, cls.request_rate if request_rate is None else request_rate,
-                   cls.ready_timeout if ready_timeout is None else ready_timeout, nest_parameters=nest_parameters, endpoint=endpoint)
+                   cls.ready_timeout if ready_timeout is None else ready_timeout, nest_parameters=nest_parameters, endpoint=endpoint,
+                   request_timeout=cls.request_timeout if request_timeout is None else request_timeout, sweep_timeout=sweep_timeout)
 
     @property
     def openai_endpoint(self) -> str:
@@ -284,9 +383,7 @@ def check(req: SweepRequest) -> list[int]:
     if req.protocol not in PROTOCOLS or "://" not in req.url:
         raise InputError(f"--engine {req.engine_url!r}: the serving sweep takes openai:URL or triton:URL",
                          "write --engine openai:http://127.0.0.1:8000 (or triton:http://127.0.0.1:8000)")
-    if "@" in req.url.split("://", 1)[1].split("/", 1)[0]:  # user:key@host would be printed and written to sweep.json
-        raise InputError(f"--engine {req.protocol}:URL carries a login (user@host): it would be printed and written into the report",
-                         "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
+    check_url(f"--engine {req.protocol}:URL", req.url)
     if req.nest_parameters and req.protocol != TRITON:
         raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
     if req.endpoint is not None and req.endpoint not in ENDPOINTS:
@@ -300,7 +397,31 @@ def check(req: SweepRequest) -> list[int]:
                          "write --request-rate 4, or inf to send every request at once")
     if not 0 <= req.ready_timeout < math.inf:
         raise InputError(f"--ready-timeout {req.ready_timeout:g} is not a number of seconds", "write --ready-timeout 60")
+    check_timeouts(req.request_timeout, req.sweep_timeout)
     return _levels(req.concurrency)
+
+
+def check_url(what: str, url: str) -> None:
+    """A server's URL as given: InputError when it carries what would be printed and written into the report and the
+    request never sends (a login, a query string, a fragment), or a control character."""
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in url):
+        raise InputError(f"{what} holds a control character", "give the URL as http://HOST:PORT")
+    netloc, _, rest = url.split("://", 1)[1].partition("/") if "://" in url else ("", "", "")
+    if "@" in netloc:  # user:key@host would be printed and written to sweep.json
+        raise InputError(f"{what} carries a login (user@host): it would be printed and written into the report",
+                         "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
+    if "?" in netloc + rest or "#" in netloc + rest:  # ?token=... is never sent (the request paths are envkit's) and would be written
+        raise InputError(f"{what} carries a query string or fragment (?...#...): it is not sent, and would be printed and written into the report",
+                         "give the URL as http://HOST:PORT, and a key with --api-key (or OPENAI_API_KEY)")
+
+
+def check_timeouts(request_timeout: float, sweep_timeout: Optional[float]) -> None:
+    if not 0 < request_timeout < math.inf:  # NaN too
+        raise InputError(f"--request-timeout {request_timeout:g} is not a positive number of seconds",
+                         f"write --request-timeout {REQUEST_TIMEOUT_S:g}")
+    if sweep_timeout is not None and not 0 < sweep_timeout < math.inf:
+        raise InputError(f"--sweep-timeout {sweep_timeout:g} is not a positive number of seconds",
+                         "write --sweep-timeout 3600, or leave it out for no limit")
 
 
 def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResult:
@@ -314,16 +435,21 @@ def serving_sweep(req: SweepRequest, reporter: Reporter = Silent()) -> SweepResu
     else:
         requests = random_requests(req.num_prompts, req.input_len, req.output_len, seed=req.seed)
     url = req.url
+    deadline = None if req.sweep_timeout is None else time.monotonic() + req.sweep_timeout
+    ready_timeout = req.ready_timeout if req.sweep_timeout is None else min(req.ready_timeout, req.sweep_timeout)
     if req.protocol == TRITON:
         model = req.model or triton_http.DEFAULT_MODEL
-        wait_ready_triton(url, model, req.ready_timeout, req.api_key, reporter)
+        wait_ready_triton(url, model, ready_timeout, req.api_key, reporter)
         served: list[str] = []
     else:
-        served = wait_ready(url, req.ready_timeout, req.api_key, reporter)
+        served = wait_ready(url, ready_timeout, req.api_key, reporter, model=req.model)
         model = choose_model(req.model, served, url, reporter)
     endpoint = TRITON_ENDPOINT if req.protocol == TRITON else req.openai_endpoint
     levels = sweep(url, model, levels_asked, requests, progress=reporter.requests_done, request_rate=req.request_rate, seed=req.seed,
                    api_key=req.api_key, served=served, protocol=req.protocol, nest=req.nest_parameters, endpoint=endpoint,
-                   say=reporter.say)
+                   say=reporter.say, request_timeout=req.request_timeout, deadline=deadline)
+    if _passed(deadline):
+        reporter.say(f"the sweep's deadline (--sweep-timeout {req.sweep_timeout:g} s) passed: the requests it cut or did not send are "
+                     "counted as failed")
     return SweepResult(url, model, req.dataset, None if req.dataset else req.input_len, req.output_len,
                        tuple(LevelResult.from_json(lv) for lv in levels), req.request_rate, endpoint)

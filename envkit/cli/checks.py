@@ -45,8 +45,13 @@ def selftest(
     dataset: Optional[str] = typer.Option(None, "--dataset", help="JSONL prompts ({\"prompt\": ..., \"output_tokens\": N}) for the sweep"),
     request_rate: float = typer.Option(math.inf, "--request-rate", help="the sweep's requests per second, sent as a Poisson process "
                                        "(seeded); inf sends them all at once. The concurrency still caps those in flight"),
-    ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds to wait for the server to answer "
+    ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds to wait, in all, for the server to answer "
                                         "GET /v1/models (or /health; triton:URL: /v2/health/ready and the model's ready) before the sweep; then one line and exit 4"),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", metavar="S", help="seconds one streamed request may take, "
+                                          "connecting to its last line (keep-alives do not extend it); past it the request fails"),
+    sweep_timeout: Optional[float] = typer.Option(None, "--sweep-timeout", metavar="S", show_default="none",
+                                                  help="seconds the whole sweep may take, readiness wait to last level; requests "
+                                                  "it cuts or leaves unsent count as failed"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
                                           help="the server's API key, sent as Authorization: Bearer; never printed or written"),
     as_json: bool = opt.as_json("print the self-test's JSON document"),
@@ -82,7 +87,8 @@ def selftest(
                          "drop --dry-run, or use it with --image")
     if urls:
         return _sweep(app.sweep.SweepRequest.asked(urls[0], model, concurrency, num_prompts, input_len, output_len, dataset,
-                                                   api_key, request_rate, ready_timeout, triton_parameters, endpoint),
+                                                   api_key, request_rate, ready_timeout, triton_parameters, endpoint,
+                                                   request_timeout, sweep_timeout),
                       as_json, report, junit_path)
     if dry_run:
         planned = app.selftest.run(req, image, dry_run=True)
@@ -147,7 +153,7 @@ def serve(
     image: Optional[str] = typer.Option(None, "--image", help="a serving image (built with --serve MODEL_DIR)"),
     env: list[str] = typer.Option([], "--env", metavar="NAME=VALUE", help="an environment variable for the server (repeatable)"),
     model_dir: Optional[str] = typer.Option(None, "--model-dir", help="the model directory, for an image built with --model-mount (read-only)"),
-    timeout: float = typer.Option(900.0, "--timeout", min=1.0, help="seconds the server may take to turn healthy"),
+    timeout: float = typer.Option(900.0, "--timeout", help="seconds the server may take to turn healthy (finite, above 0)"),
     shm_size: str = typer.Option("2g", "--shm-size", help="the container's /dev/shm (vLLM's processes share memory there; Docker's default 64m is too small)"),
     sweep: bool = typer.Option(False, "--sweep", help="once healthy, run the serving sweep against it, then stop it (unless --keep)"),
     keep: bool = typer.Option(False, "--keep", help="with --sweep: leave the server running afterwards"),
@@ -163,11 +169,20 @@ def serve(
     """Run a serving image on an internal network with no route out (GPUs passed where the engine has them), wait until
     it is healthy, and print its URL; or sweep it and stop it."""
     if stop:
+        starts = [name for name, on in (("--image", image), ("--env", env), ("--model-dir", model_dir), ("--sweep", sweep),
+                                        ("--keep", keep), ("--allow-cpu", allow_cpu), ("--dry-run", dry_run)) if on]
+        if starts:
+            raise InputError(f"--stop CONTAINER stops a server; {', '.join(starts)} go{'es' if len(starts) == 1 else ''} with "
+                             "starting one", "run envkit serve --stop CONTAINER alone, and start a server without --stop")
         app.serving.stop(stop)
         ui.progress.console(stderr=as_json).print(f"stopped {stop} and its network", markup=False, highlight=False)
         return
     if not image:
         raise InputError("envkit serve needs --image IMAGE (or --stop CONTAINER)", "pass the serving image's tag")
+    if keep and not sweep:
+        raise InputError("--keep leaves the server running after --sweep; without --sweep it keeps running anyway",
+                         "add --sweep, or drop --keep")
+    app.serving.check_start(image, tuple(env), model_dir, shm_size, timeout)  # before the engine is contacted
     app.sweep.check(app.sweep.SweepRequest("openai:http://127.0.0.1", concurrency=concurrency))  # the sweep's own faults, before anything starts
     if dry_run:
         return finish(app.serving.plan_start(image, tuple(env), model_dir, shm_size), as_json,
@@ -203,6 +218,7 @@ def push(
     import os
     import sys
 
+    app.serving.check_push(to, username, "-" if password_stdin or os.environ.get("ENVKIT_REGISTRY_PASSWORD") else None)
     password = sys.stdin.readline().rstrip("\n") if password_stdin else os.environ.get("ENVKIT_REGISTRY_PASSWORD")
     with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
         pushed = app.serving.push(image, to, username, password or None, reporter.say)

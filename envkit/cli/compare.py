@@ -28,7 +28,9 @@ def compare(
     markdown: Optional[str] = typer.Option(None, "--markdown", metavar="FILE.md", help="also write both tables as Markdown"),
     png: Optional[str] = typer.Option(None, "--png", metavar="FILE.png", help="also write a chart of both tables"),
     as_json: bool = opt.as_json("print the comparison as one JSON document"),
-    ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds each server may take to answer GET /v1/models"),
+    ready_timeout: float = typer.Option(60.0, "--ready-timeout", min=0.0, help="seconds each server may take, in all, to answer GET /v1/models"),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", metavar="S", help="seconds one streamed request may take, "
+                                          "connecting to its last line (keep-alives do not extend it); past it the request fails"),
     seed: int = typer.Option(0, "--seed", help="seed of the random workload"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
                                           help="the servers' API key, sent as Authorization: Bearer; never printed or written"),
@@ -42,7 +44,7 @@ def compare(
 
     req = use_case.CompareRequest(tuple(engines), model_name or None, concurrency, num_prompts, input_len, output_len, dataset,
                                   tuple(dtypes), site, ready_timeout, seed, api_key or None,
-                                  hf_python, trust_remote_code)
+                                  hf_python, trust_remote_code, request_timeout)
     use_case.check(req)
     for path, option in ((markdown, "--markdown"), (png, "--png")):
         if path:

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 EXIT_CODES = """Exit codes: 0 ok; 1 no solution, problems found or a check failed; 2 bad input (a flag, version or file);
-3 matrix.toml invalid; 4 an outside tool or engine failed; 5 build preflight refused; 70 envkit itself failed (a bug:
-re-run with -v and report it); 130 interrupted."""
+3 matrix.toml invalid; 4 an outside tool or engine failed; 5 build preflight refused; 6 the server under test misbehaved;
+70 envkit itself failed (a bug: re-run with -v and report it); 130 interrupted."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "resolve": (

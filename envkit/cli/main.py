@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 from enum import Enum
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -126,8 +126,11 @@ def _error_document(kind: str, code: int, message: str, fix: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    """An outside tool's output inside a message (a traceback's last lines) joined into the one error line."""
-    return " | ".join(part.strip() for part in text.splitlines() if part.strip())
+    """An outside tool's output inside a message (a traceback's last lines) joined into the one error line, its
+    control characters escaped (a server's or a tool's words must not drive the terminal: fuzz report 3, D5)."""
+    from envkit.model.redact import printable  # only when an error is printed: not on every command's path
+
+    return printable(" | ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
 def _fail(argv: Sequence[str], kind: str, code: int, message: str, fix: str) -> None:
@@ -138,7 +141,7 @@ def _fail(argv: Sequence[str], kind: str, code: int, message: str, fix: str) -> 
     sys.exit(code)
 
 
-KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight"}
+KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight", 6: "external"}  # 6: the server under test (a ServerError)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -56,7 +56,8 @@ def generate(
     mirror: Optional[str] = opt.mirror("site mirror profile (SITE.toml)"),
     offline: bool = typer.Option(False, "--offline", help="every artifact from the build context; refuse any network step"),
     out: str = typer.Option("envkit-build", "-o", "--out", help="output directory (the docker build context); - prints the Dockerfile alone"),
-    host_march: str = typer.Option(DEFAULT_HOST_MARCH, "--host-march", help="replaces csrc/rotary's -march=native ('native' keeps it)"),
+    host_march: Optional[str] = typer.Option(None, "--host-march", show_default=False,
+                                             help=f"replaces csrc/rotary's -march=native ('native' keeps it; default {DEFAULT_HOST_MARCH})"),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="nvcc jobs (default: from the builder's memory, ~5 GB each)"),
     nvcc_threads: Optional[int] = typer.Option(None, "--nvcc-threads", min=1, help="threads per nvcc job (default: one per arch, max 4)"),
     toolkit: Optional[ToolkitChoice] = typer.Option(None, "--toolkit", help=TOOLKIT_HELP),
@@ -65,8 +66,10 @@ def generate(
     serve_arg: list[str] = opt.serve_arg(),
     model_mount: bool = opt.model_mount(),
     serve_port: int = opt.serve_port(),
-    tp: int = typer.Option(1, "--tp", help="--engine triton-trtllm/trtllm/fastertransformer: tensor-parallel GPUs (server ranks)"),
-    max_batch_size: int = typer.Option(64, "--max-batch-size", help="--engine triton-trtllm/trtllm: the server's max batch size"),
+    tp: Optional[int] = typer.Option(None, "--tp", show_default=False,
+                                     help="--engine triton-trtllm/trtllm/fastertransformer: tensor-parallel GPUs (server ranks; default 1)"),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", show_default=False,
+                                                 help="--engine triton-trtllm/trtllm: the server's max batch size (default 64)"),
     from_wheel: bool = typer.Option(False, "--from-wheel", help="--engine trtllm: TensorRT-LLM's wheel (NVIDIA's index, or the site's [rewrite] of it) on NVIDIA's CUDA image"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     host_facts: Optional[str] = opt.host_facts(),
@@ -75,8 +78,11 @@ def generate(
     matrix_path: Optional[str] = opt.matrix(),
 ) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
-    opts = Options(offline=offline, host_march=host_march, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
-                   toolkit=toolkit.value if toolkit else None)
+    opts = Options(offline=offline, host_march=DEFAULT_HOST_MARCH if host_march is None else host_march, max_jobs=max_jobs,
+                   nvcc_threads=nvcc_threads, toolkit=toolkit.value if toolkit else None)
+    given = frozenset(name for name, value in (("--offline", offline or None), ("--host-march", host_march), ("--max-jobs", max_jobs),
+                                               ("--nvcc-threads", nvcc_threads), ("--toolkit", toolkit), ("--serve", serve))
+                      if value is not None)
     to_stdout = out == "-"  # `-o -`: the Dockerfile alone on stdout, nothing written (like `cog debug`)
     err = ui.progress.console(stderr=True)
 
@@ -86,7 +92,7 @@ def generate(
     serving = _serving(serve, served_model_name, serve_arg, model_mount, serve_port, say)
     g = app.generate.generate(flags, matrix_path=matrix_path, lock=lock, mirror=mirror, opts=opts,
                          out=None if dry_run or to_stdout else out, force=force, serving=serving, say=say, host_facts=host_facts,
-                         engine_opts=EngineOptions(tp=tp, max_batch_size=max_batch_size, from_wheel=from_wheel))
+                         engine_opts=EngineOptions.asked(tp, max_batch_size, from_wheel), given=given)
     if to_stdout and isinstance(g, (app.generate.Generated, app.generate.GeneratedEngine)):
         sys.stdout.write(g.files["Dockerfile"].decode())
         return

@@ -927,6 +927,15 @@ def _check_unique(t: dict[str, Any], doc: _Doc) -> None:
     _duplicates(doc, [(x.torch, x) for x in t["torch_abi_break"]], "[[torch_abi_break]] torch")
     _duplicates(doc, [((str(x.flash_attn), x.torch, x.cxx11abi), x) for x in t["flash_attn_broken"]],
                 "[[flash_attn_broken]] (flash_attn, torch, cxx11abi)")
+    # the engine tables: a second row of the same key would be silently shadowed by the first (fuzz report 3, D15)
+    _duplicates(doc, [((x.release, x.flavor), x) for x in t["triton"]], "[[triton]] (release, flavor)")
+    for table in ("trtllm", "trtllm_backend", "ftllm_source", "sglang"):
+        _duplicates(doc, [(x.version, x) for x in t[table]], f"[[{table}]] version")
+    def project(name: str) -> str:  # a package name as PEP 503 compares it
+        return re.sub(r"[-_.]+", "-", name).lower()
+    _duplicates(doc, [((project(x.package), str(x.version)), x) for x in t["ftllm"]], "[[ftllm]] (package, version)")
+    _duplicates(doc, [((project(x.package), x.version, x.variant), x) for x in t["paddle"]], "[[paddle]] (package, version, variant)")
+    _duplicates(doc, [("", x) for x in t["fastertransformer"]], "[[fastertransformer]] row: the table holds one profile")
 
 
 def _check_references(t: dict[str, Any], doc: _Doc) -> None:

@@ -20,6 +20,14 @@
     runner = "gpu-h200"                  # CI: the label of the self-hosted runner for this target
 
     [[target]]
+    name = "bloom-7b1"
+    engine = "triton-trtllm"             # a container engine (trtllm, triton-trtllm, triton-vllm, fastertransformer)
+    gpu = "H100"
+    tp = 2                               # its server's tensor-parallel size (the k8s export's GPUs); pip stacks have none
+    max_batch_size = 64                  # its server's max batch size (1 to 4096)
+    offline = true
+
+    [[target]]
     name = "qwen-serve-cpu"
     platform = "cpu"
     vllm = "0.32.0"
@@ -35,6 +43,7 @@
 
     [k8s]                                # `envkit matrix export --format k8s` (docs/k8s.md); every key optional
     namespace = "llm-ci"
+    model_pvc = "bloom7b1-pvc:/mnt"      # Triton targets: the claim that holds the model repository
     runtime_class = "nvidia"             # NVIDIA targets (the default); others only from their [target.k8s]
     node_selector = { "nvidia.com/gpu.product" = "NVIDIA-H200" }
     tolerations = [{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]
@@ -59,6 +68,7 @@ from packaging.version import InvalidVersion, Version
 from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
 from envkit.errors import InputError
+from envkit.model.engines import CONTAINER_ENGINES
 from envkit.model.flags import FLAG_ORDER
 from envkit.model.project import (
     DISTRIBUTION,
@@ -71,12 +81,32 @@ from envkit.model.project import (
     Target,
     Toleration,
 )
+from envkit.model.redact import redact
 
 RESOLVE_KEYS = FLAG_ORDER
 
 
 _path_string = text(r"(?s).*", "must be a path string", 'write {key} = "SITE.toml"')
-_registry = text(r"[a-z0-9][a-z0-9._:/-]*", "{value} is not an image name prefix", 'write registry = "registry.corp:5000/llm"')
+# An image name prefix, by the distribution/reference grammar (the engine's, docker's and podman's): an optional
+# registry host[:port] (domain components, dots between them; or localhost, or an [IPv6] address), then path
+# components of lower-case letters and digits joined by one separator (., _, __ or dashes), single slashes between.
+# Lower case throughout: the image names are REGISTRY/envkit-NAME:TAG, and a repository name has no capitals.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9])"
+_REGISTRY_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-f:]+\])(?::[0-9]{{1,5}})?"
+REGISTRY_PREFIX = re.compile(rf"(?:{_REGISTRY_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*|{_REGISTRY_HOST}")
+MAX_REGISTRY = 150  # REGISTRY/envkit-NAME stays within a reference's 255 characters (a name is at most 63)
+
+
+def _registry(value: Any) -> str:
+    fix = 'write registry = "registry.corp:5000/llm" (a registry host[:port], then lower-case path components, single / between)'
+    if not isinstance(value, str) or len(value) > MAX_REGISTRY or not REGISTRY_PREFIX.fullmatch(value):
+        too_long = isinstance(value, str) and len(value) > MAX_REGISTRY
+        raise Invalid(f"{_shown(value)} is not an image name prefix"
+                      + (f" (longer than {MAX_REGISTRY} characters)" if too_long else ""), fix)
+    return value
+
+
 _tag = text(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "{value} is not a valid image tag", "letters, digits, . _ - (at most 128)")
 
 _runner_label = text(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}", "{value} is not a runner label",
@@ -110,22 +140,33 @@ def _vcs_ref(url: str) -> str:
     """The tag or commit a pip VCS URL pins: the part after the last @ of its path; refused when absent or a branch."""
     if not url.startswith(("git+https://", "git+ssh://")):
         raise Invalid(f"the URL ({url.split('://')[0]}://...) is not a git+https:// (or git+ssh://) URL", _ENVKIT_FIX)
-    parts = urlsplit(url[len("git+"):])
+    try:
+        parts = urlsplit(url[len("git+"):])
+        host = parts.hostname
+    except ValueError as exc:
+        raise Invalid(f"the git URL is not a valid URL ({exc})", _ENVKIT_FIX) from None
     if parts.password is not None or (parts.username is not None and url.startswith("git+https://")):
-        raise Invalid(f"the git URL of host {parts.hostname} carries a login: it would be written into the CI file",
+        raise Invalid(f"the git URL of host {host} carries a login: it would be written into the CI file",
                       "give the URL without it and let the CI job log in (a deploy key for git+ssh://, or the CI's "
                       "credential helper / netrc for git+https://)")
+    if "?" in url or "#" in url:  # what urlsplit reads as the query or fragment, and a `?` or `#` it would not
+        what = "a query string (?...)" if "?" in url.split("#", 1)[0] else "a fragment (#...)"
+        raise Invalid(f"the git URL of host {host} has {what}: it would be written into the CI file, and query strings "
+                      "and fragments carry tokens (the CI file is not a secret)",
+                      "give the plain URL at a tag or commit (git+https://HOST/PATH.git@vX.Y.Z) and let the CI job log in "
+                      "(a deploy key for git+ssh://, or the CI's credential helper / netrc for git+https://)")
     path = parts.path
     if "@" not in path:
-        raise Invalid(f"URL {url!r} names no tag or commit, so CI would install whatever the default branch holds that day",
-                      f"pin it: {url}@vX.Y.Z (a tag) or @<the full 40-hex commit>")
+        shown = redact(url)
+        raise Invalid(f"URL {shown!r} names no tag or commit, so CI would install whatever the default branch holds that day",
+                      f"pin it: {shown}@vX.Y.Z (a tag) or @<the full 40-hex commit>")
     ref = path.rsplit("@", 1)[1]
     if _COMMIT.fullmatch(ref):
         return ref
     try:
         Version(ref)
     except InvalidVersion:
-        raise Invalid(f"ref {ref!r} of {url!r} looks like a branch: CI would install whatever it holds that day",
+        raise Invalid(f"ref {redact(ref)!r} of {redact(url)!r} looks like a branch: CI would install whatever it holds that day",
                       "pin a version tag (@v0.1.0) or a full 40-hex commit") from None
     return ref
 
@@ -149,21 +190,22 @@ def _envkit_requirement(value: Any) -> EnvkitRequirement:
             raise Invalid(f"wheel {posixpath.basename(value)!r} is not envkit's ({DISTRIBUTION})",
                           "build one from envkit's repository: python -m pip wheel --no-deps . -w dist")
         return EnvkitRequirement("wheel", value)
+    shown = redact(value)  # what a refusal may echo: a token in the value cut out
     try:
         req = Requirement(value)
     except InvalidRequirement as exc:
-        raise Invalid(f"{value!r} is not a pip requirement ({exc})", _ENVKIT_FIX) from None
+        raise Invalid(f"{shown!r} is not a pip requirement ({redact(str(exc))})", _ENVKIT_FIX) from None
     if canonicalize_name(req.name) != canonicalize_name(DISTRIBUTION):
         other = " (on PyPI `envkit` is an unrelated project)" if canonicalize_name(req.name) == "envkit" else ""
-        raise Invalid(f"{value!r} names {req.name!r}, not envkit's distribution {DISTRIBUTION!r}{other}", _ENVKIT_FIX)
+        raise Invalid(f"{shown!r} names {req.name!r}, not envkit's distribution {DISTRIBUTION!r}{other}", _ENVKIT_FIX)
     if req.marker is not None:
-        raise Invalid(f"{value!r} has an environment marker: CI must always install envkit", "drop the `; ...` part")
+        raise Invalid(f"{shown!r} has an environment marker: CI must always install envkit", "drop the `; ...` part")
     if req.url:
         _vcs_ref(req.url)
         return EnvkitRequirement("vcs", value)
     pins = list(req.specifier)
     if len(pins) != 1 or pins[0].operator != "==" or "*" in pins[0].version:
-        raise Invalid(f"{value!r} is not one exact version", f'write envkit = "{DISTRIBUTION}==X.Y.Z", or a wheel path or VCS URL')
+        raise Invalid(f"{shown!r} is not one exact version", f'write envkit = "{DISTRIBUTION}==X.Y.Z", or a wheel path or VCS URL')
     return EnvkitRequirement("pin", value)
 
 
@@ -174,8 +216,28 @@ def _serve_args(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _count(key: str, top: int, example: int) -> Callable[[Any], int]:
+    """A whole number from 1 to `top`, written as a TOML integer or its decimal string (like the flags, "2")."""
+    def convert(value: Any) -> int:
+        if type(value) is int:
+            number = value
+        elif isinstance(value, str) and re.fullmatch(r"[1-9][0-9]{0,4}", value):
+            number = int(value)
+        else:
+            raise Invalid(f"must be a whole number from 1 to {top}, got {_shown(value)}", f"write {key} = {example}")
+        if not 1 <= number <= top:
+            raise Invalid(f"must be from 1 to {top}, got {_shown(value)}", f"write {key} = {example}")
+        return number
+    return convert
+
+
+# a container engine's server layout (as --tp and --max-batch-size; model/engines.py EngineOptions holds the same bounds)
+MAX_TP, MAX_BATCH = 64, 4096
+ENGINE_KEYS = ("tp", "max_batch_size")
+
 _TARGET = Table.of(
     *(Field(key, default=None) for key in RESOLVE_KEYS),
+    Field("tp", _count("tp", MAX_TP, 2), object, None), Field("max_batch_size", _count("max_batch_size", MAX_BATCH, 64), object, None),
     Field("offline", boolean, object, False), Field("mirror", _path_string, object, None),
     Field("tag", _tag, object, "latest"), Field("runner", _runner, object, None),
     Field("serve", _path_string, object, None), Field("served_model_name", _path_string, object, None),
@@ -387,6 +449,13 @@ def _target(path: str, name: str, row: dict, defaults: dict[str, Any]) -> Target
         raise _bad(path, f"target {name} builds neither offline nor against a site mirror",
                    'add offline = true, or mirror = "SITE.toml" (here or in [defaults])')
     flags = tuple((k, row[k]) for k in RESOLVE_KEYS if k in row)
+    given = " and ".join(k for k in ENGINE_KEYS if t[k] is not None)
+    engine = row.get("engine")
+    if given and (engine is None or engine.strip().lower() not in CONTAINER_ENGINES):
+        stack = f"engine {engine.strip()!r}" if engine is not None and not _control(engine) and len(engine) <= 40 else "no engine"
+        raise _bad(path, f"target {name}: {given} lay{'s' if ' ' not in given else ''} out a container engine's server "
+                   f"({', '.join(CONTAINER_ENGINES)}); this target is a pip stack ({stack}), whose image runs no such server",
+                   f'drop {given}, or give the target a container engine (engine = "triton-trtllm")')
     serve = None
     if t["serve"] is not None:
         model = t["serve"] if Path(t["serve"]).is_absolute() else str(Path(path).parent / t["serve"])
@@ -395,7 +464,7 @@ def _target(path: str, name: str, row: dict, defaults: dict[str, Any]) -> Target
         raise _bad(path, f"target {name}: served_model_name, serve_args and model_mount go with serve", 'add serve = "MODEL_DIR"')
     k8s = _k8s(path, row["k8s"], f"target {name}: [target.k8s]") if "k8s" in row else K8sSettings()
     return Target(name, flags, offline, None if offline else mirror, f"{defaults['registry']}/envkit-{name}:{t['tag']}", t["runner"],
-                  serve, k8s)
+                  serve, k8s, tp=t["tp"], max_batch_size=t["max_batch_size"])
 
 
 def parse(text: str, path: str) -> Project:

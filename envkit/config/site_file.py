@@ -168,6 +168,12 @@ def _registry_prefix(value: Any) -> str:
     return value.strip("/")
 
 
+def _cert_path(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or re.search(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]", value):
+        raise Invalid("must be the path of a PEM file on one line, relative to the site file", 'write {where} = "corp-root-ca.crt"')
+    return value
+
+
 def _opt(key: str, convert: Callable[[Any], Any], default: Any = None) -> Field:
     return Field(key, convert, object, default)
 
@@ -181,7 +187,7 @@ _TABLES: dict[str, Optional[Table]] = {
                     _opt("netrc", _netrc, False)),
     "rewrite": None,
     "proxy": Table.of(_opt("http", _url_with(_PROXY_LOGIN)), _opt("https", _url_with(_PROXY_LOGIN)), _opt("no_proxy", _no_proxy)),
-    "ca": Table.of(_opt("cert", str)),
+    "ca": Table.of(_opt("cert", _cert_path)),
     "registry": Table.of(_opt("prefix", _registry_prefix)),
     "images": None,
     "dtk": Table.of(_opt("devel_image", _image), _opt("runtime_image", _image), _opt("os", _os_name)),
@@ -264,12 +270,38 @@ def _ca_cert(path: str, cert: Optional[str], read_file: Optional[Callable[[Path]
         ca = (read_file or _read_ca)(cert_path)
     except OSError as exc:
         raise _bad(path, f"[ca] cert {cert_path}: {exc.strerror}", "point cert at a PEM file, relative to the site file") from None
-    if b"-----BEGIN CERTIFICATE-----" not in ca:
-        raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate", "give the PEM (BEGIN CERTIFICATE) form")
-    if b"PRIVATE KEY-----" in ca:
-        raise _bad(path, f"[ca] cert {cert_path} holds a private key: it would be copied into the image's trust store",
-                   "give a file with the CA certificate(s) only (BEGIN CERTIFICATE blocks)")
-    return ca
+    return _certificates(path, cert_path, ca)
+
+
+# A PEM certificate block (RFC 7468's strict form: the BEGIN line, lines of base64, the END line), one per match.
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----[ \t]*\r?\n((?:[A-Za-z0-9+/=]+[ \t]*\r?\n)+)-----END CERTIFICATE-----[ \t]*(?:\r?\n|\Z)")
+_CA_ONLY = ("give a file of the CA certificate(s) alone: sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' FILE "
+            "> ca.crt, and point cert at that file")
+
+
+def _certificates(path: str, cert_path: Path, ca: bytes) -> bytes:
+    """The [ca] file's BEGIN/END CERTIFICATE blocks, each ending in a newline: all that goes to the context's ca.crt
+    and the image's trust store. A file that holds anything else (a private key of any kind, PGP or PuTTY blocks,
+    key = value lines, text between the blocks) is refused naming the file: it is not a CA certificate, and what it
+    holds besides would land in the image."""
+    blocks, rest, at = [], [], 0
+    for m in _PEM_CERT.finditer(ca):
+        rest.append(ca[at:m.start()])
+        blocks.append(b"-----BEGIN CERTIFICATE-----\n" + b"".join(line.strip() + b"\n" for line in m.group(1).splitlines())
+                      + b"-----END CERTIFICATE-----\n")
+        at = m.end()
+    rest.append(ca[at:])
+    other = b"".join(rest)
+    if not blocks:
+        raise _bad(path, f"[ca] cert {cert_path} is not a PEM certificate (no complete BEGIN/END CERTIFICATE block)",
+                   "give the PEM (BEGIN CERTIFICATE) form: openssl x509 -inform der -in FILE -out ca.crt")
+    if other.strip():
+        key = re.search(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----|PuTTY-User-Key-File|-----BEGIN SSH2 ENCRYPTED", other)
+        what = ("a private key" if key else
+                "something besides its certificates (another PEM block, key = value lines or other text)")
+        raise _bad(path, f"[ca] cert {cert_path} holds {what}: a [ca] file holds CA certificates only, since it goes into the "
+                   "build context and the image's trust store", _CA_ONLY)
+    return b"".join(blocks)
 
 
 def parse(text: str, path: str, read_file: Optional[Callable[[Path], bytes]] = None) -> Site:

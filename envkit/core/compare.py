@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 
 from envkit.core.sweep import RequestResult
 from envkit.errors import InputError
+from envkit.model.redact import printable, redact, safe_text
 from envkit.model.results import LevelResult
 
 # KIND of NAME=KIND:TARGET -> the OpenAI endpoint it streams (None: no server, transformers in a local process)
@@ -56,17 +57,22 @@ def parse_engine(text: str) -> EngineSpec:
     kind, colon, target = rest.partition(":")
     name, kind, target = name.strip(), kind.strip(), target.strip()
     if not eq or not colon or not name or not target:
-        raise InputError(f"--engine {text!r} is not NAME=KIND:TARGET", SPEC_FIX)
+        raise InputError(f"--engine {redact(text)!r} is not NAME=KIND:TARGET", SPEC_FIX)
     if not NAME_RE.match(name):
         raise InputError(f"--engine {text!r}: the name {name!r} is not 1-40 letters, digits or ._+-", SPEC_FIX)
     if kind not in KINDS:
         raise InputError(f"--engine {text!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})", SPEC_FIX)
     if kind != HF:
         if not re.match(r"^https?://[^/\s]+", target):
-            raise InputError(f"--engine {text!r}: {kind}: takes the server's URL (http://HOST:PORT)", SPEC_FIX)
+            raise InputError(f"--engine {redact(text)!r}: {kind}: takes the server's URL (http://HOST:PORT)", SPEC_FIX)
         if "@" in target.split("://", 1)[1].split("/", 1)[0]:
             raise InputError(f"--engine {name}={kind}:URL carries a login (user@host): it would be printed and written into the report",
                              "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
+        if "?" in target or "#" in target:  # ?token=... is never sent (the paths are envkit's) and would be written
+            raise InputError(f"--engine {name}={kind}:URL carries a query string or fragment (?...#...): it is not sent, and would be "
+                             "printed and written into the report", "give the URL as http://HOST:PORT, and a key with --api-key (or OPENAI_API_KEY)")
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in target):
+            raise InputError(f"--engine {name}={kind}:URL holds a control character", SPEC_FIX)
     return EngineSpec(name, kind, target)
 
 
@@ -234,8 +240,8 @@ class Table:
 
 
 def _short(error: str, limit: int = 80) -> str:
-    error = " ".join(error.split())
-    return error if len(error) <= limit else error[:limit - 3] + "..."
+    """An error for a table cell: redacted, controls escaped, one line, then cut (model/redact.py's order)."""
+    return safe_text(error, (), limit)
 
 
 def single_cell(single: SingleBatch) -> str:
@@ -298,14 +304,15 @@ def tables(comparisons: Sequence[Comparison]) -> list[Table]:
 
 
 def failures(c: Comparison) -> list[str]:
-    """One line per engine and failure that is not out of memory: what the tables cannot say in a cell."""
+    """One line per engine and failure that is not out of memory: what the tables cannot say in a cell (controls
+    escaped, whatever document the errors came from)."""
     out = []
     for e in c.engines:
         if e.single.failed and not e.single.out_of_memory:
             out.append(f"{e.name}: {e.single.failed} of {e.single.requests} single-batch requests failed: "
-                       f"{'; '.join(e.single.errors) or 'no reason given'}")
+                       f"{printable('; '.join(e.single.errors)) or 'no reason given'}")
         for lv in e.levels:
             if lv.failed and not lv.out_of_memory:
                 out.append(f"{e.name}: {lv.failed} of {lv.requests} requests failed at concurrency {lv.concurrency}: "
-                           f"{'; '.join(lv.errors) or 'no reason given'}")
+                           f"{printable('; '.join(lv.errors)) or 'no reason given'}")
     return out

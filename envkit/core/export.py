@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import posixpath
+import re
 import shlex
 import unicodedata
 from typing import Any, Collection, Mapping, Optional, Union
@@ -39,9 +40,40 @@ def check_text(what: str, value: str) -> None:
                              "rename it without control characters")
 
 
+# The plain scalars a YAML 1.2 core-schema reader (GitHub Actions, GitLab, kubectl's sigs.k8s.io/yaml, ruamel.yaml)
+# resolves to null, a boolean, an integer or a float (YAML 1.2.2, 10.3.2), and the YAML 1.1 booleans PyYAML's own
+# resolver does not know but other YAML 1.1 readers do (go-yaml v2: y, Y, n, N). A string that reads as one of
+# these is written quoted, whichever reader reads it back.
+_YAML12_NOT_STR = re.compile(r"""
+    null|Null|NULL|~|
+    true|True|TRUE|false|False|FALSE|
+    [-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+|
+    [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|
+    [-+]?(\.inf|\.Inf|\.INF)|\.nan|\.NaN|\.NAN
+    """, re.X)
+_YAML11_BOOL = re.compile(r"y|Y|n|N|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF")
+_STR = "tag:yaml.org,2002:str"
+# YAML 1.1's line breaks that YAML 1.2 reads as ordinary characters: in a block scalar PyYAML breaks the line there
+# (YAML 1.1), and a YAML 1.2 reader does not, so a string holding one is written double-quoted, as an escape
+_YAML11_BREAKS = re.compile("[\x85\u2028\u2029]")
+
+
+def reads_as_other(dumper: Any, value: str) -> bool:
+    """Whether `value`, written plain, would be read back as something else than this string: by PyYAML's YAML 1.1
+    resolver (ints, floats, booleans, null, timestamps, merge and value keys) or by a YAML 1.2 core-schema reader."""
+    return (value == "" or bool(_YAML12_NOT_STR.fullmatch(value)) or bool(_YAML11_BOOL.fullmatch(value))
+            or dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR)
+
+
 def _literal_str(dumper: Any, value: str) -> Any:
-    """Multi-line strings (the commands of a step) as `|` blocks; PyYAML quotes them where a block cannot hold them."""
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    """Multi-line strings (the commands of a step) as `|` blocks; PyYAML quotes them where a block cannot hold them.
+    A one-line string that a YAML 1.1 or YAML 1.2 reader would take for another type is single-quoted, and one that
+    holds a line break of YAML 1.1 alone (U+0085, U+2028, U+2029) double-quoted."""
+    if "\n" in value and not _YAML11_BREAKS.search(value):
+        return dumper.represent_scalar(_STR, value, style="|")
+    if _YAML11_BREAKS.search(value):  # double-quoted, where they are escapes (\N, \L, \P) both versions read alike
+        return dumper.represent_scalar(_STR, value, style='"')
+    return dumper.represent_scalar(_STR, value, style="'" if reads_as_other(dumper, value) else None)
 
 
 _Dumper: Any = type("_Dumper", (yaml.SafeDumper,), {})

@@ -38,6 +38,7 @@ TRITON_SUFFIX = "-tritoninferenceserver"
 SELFTEST_SUFFIX = "-selftest"
 _LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS-1035: what a Service name must be, and fits every other name
 _POSITIVE = re.compile(r"[1-9][0-9]{0,2}")
+MAX_TP = 64  # one pod's GPUs are on one node (the project file's gpus and tp stop there too)
 
 
 def k8s_name(target: str, suffix: str) -> str:
@@ -92,12 +93,14 @@ def _gpus(t: Target, platform: str, k: K8sSettings, file: K8sSettings) -> int:
             raise InputError(f"target {t.name}: [target.k8s] gpus = {k.gpus}, but the target runs on CPUs (platform cpu)",
                              "drop gpus from its [target.k8s], or give the target a GPU")
         return 0
-    tp_text = t.flag_dict().get("tp")
     tp: Optional[int] = None
-    if tp_text is not None and is_triton(t):
-        if not _POSITIVE.fullmatch(tp_text.strip()):
-            raise InputError(f"target {t.name}: tp {tp_text!r} is not a tensor-parallel size", 'write tp = "2"')
-        tp = int(tp_text)
+    if is_triton(t):
+        # the project file's [[target]] tp (checked there: 1 to 64); a Target made in code may carry it as a flag
+        tp_text = str(t.tp) if t.tp is not None else t.flag_dict().get("tp")
+        if tp_text is not None:
+            if not _POSITIVE.fullmatch(tp_text.strip()) or int(tp_text) > MAX_TP:
+                raise InputError(f"target {t.name}: tp {tp_text!r} is not a tensor-parallel size", "write tp = 2 (1 to 64)")
+            tp = int(tp_text)
     gpus = k.gpus if k.gpus is not None else tp if tp is not None else file.gpus if file.gpus is not None else 1
     if tp is not None and gpus != tp:
         raise InputError(f"target {t.name}: gpus = {gpus} but its Triton server is tensor-parallel over tp = {tp} GPUs",

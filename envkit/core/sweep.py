@@ -1,5 +1,8 @@
-"""The serving sweep's pure parts: workloads (random or a dataset), Poisson arrival times, and the summary of one
-level's requests."""
+"""The serving sweep's pure parts: workloads (random or a dataset), Poisson arrival times, the summary of one
+level's requests, and the bounds every client holds a server to (fuzz report 3): a token count is an integer below
+MAX_COUNT (2**53, the integers a float holds exactly), a streamed line is at most MAX_LINE_BYTES, a request's answer
+ends within its timeout (REQUEST_TIMEOUT_S by default, --request-timeout), and a request streams at most
+max_events(output_len) token events. A request past one of them is a failed request with the reason."""
 from __future__ import annotations
 
 import math
@@ -9,6 +12,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envkit.inimage.selftest import jsonl_rows
+
+MAX_COUNT = 2 ** 53  # a token count at or above this is no count (a float, the metrics' arithmetic, would lose it)
+MAX_LINE_BYTES = 4 << 20  # a longer streamed line fails its request (an event is a few hundred bytes)
+REQUEST_TIMEOUT_S = 300.0  # --request-timeout's default: one request's answer, first byte to last, keep-alives included
+
+
+def max_events(output_len: int) -> int:
+    """The most token events a request for `output_len` tokens may stream: each event carries a token or more, and
+    a server may add a few empty ones (a last chunk with the finish reason); far more is a runaway stream."""
+    return 4 * max(output_len, 1) + 1024
+
+
+def count_ok(value: object) -> bool:
+    """A token count a server may report: an int (not a bool) in 0..MAX_COUNT-1."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
 
 
 @dataclass
@@ -21,6 +39,7 @@ class RequestResult:
     itl: list[float] = field(default_factory=list)
     error: str = ""
     output_chars: int = 0  # characters of the streamed text (envkit compare's characters/s)
+    broken: bool = False  # the server broke the protocol: a malformed or runaway stream, an impossible count, no end in time
 
 
 def percentile(xs: list[float], q: int) -> float:
@@ -72,6 +91,11 @@ def parse_dataset(text: str, n: int, output_len: int) -> list[tuple[str, int]]:
 
 
 def summarize(results: list[RequestResult], wall: float, concurrency: int) -> dict[str, Any]:
+    """One level's row. A result whose counts are out of bounds (a client that did not check them) counts as failed,
+    so that no arithmetic here can overflow."""
+    for r in results:
+        if r.ok and not (count_ok(r.output_tokens) and count_ok(r.prompt_tokens)):
+            r.ok, r.broken, r.error = False, True, "the server reported a token count out of range"
     ok = [r for r in results if r.ok]
     ttft = [r.ttft * 1e3 for r in ok]
     tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) * 1e3 for r in ok if r.output_tokens > 1]

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from packaging.utils import canonicalize_name
 
 from envkit.errors import ExternalError, InputError
-from envkit.model.lock import Lock, LockedWheel
+from envkit.model.lock import STEP, Lock, LockedWheel, url_problem
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import WHEELHOUSE, BuildPlan, PipStep
 
@@ -151,10 +151,35 @@ def hash_line(ref: str, sha256: str) -> str:
     return f"{ref} --hash=sha256:{sha256}"
 
 
+_REQUIREMENT_PATH = re.compile(r"/[A-Za-z0-9._+!/-]+")  # a wheel the step names by its path (a carried vendor wheel)
+_LOCK_FIX = "make the lock again with envkit lock for this stack (and site)"
+
+
+def _named_ref(ref: str) -> str:
+    """A path or URL a pip step names a wheel by, checked before it is a requirement line: an absolute path of plain
+    characters, or an http(s) URL without a login, query string or fragment (model/lock.py url_problem)."""
+    if not (_REQUIREMENT_PATH.fullmatch(ref) and ".." not in ref.split("/")):
+        url = re.sub(r"#sha256=[0-9a-f]{64}$", "", ref)  # a wheel's own sha256 may follow its URL (PEP 503); nothing else
+        why = url_problem(url) if url.startswith(("http://", "https://")) else "is neither an absolute path nor an http(s) URL"
+        if why:
+            raise InputError(f"the plan names a wheel by a reference that {why}", "check the matrix row that names it")
+    return ref
+
+
 def step_requirements(step: str, wheels: Sequence[LockedWheel], packages: Sequence[str], offline: bool) -> str:
     """The requirements file a pinned pip step installs with --require-hashes --no-deps: offline each wheel by its
-    path in the carried wheelhouse; against an index by name==version, or by the path or URL the step names it by."""
-    named = {f: p for p in packages if (f := wheel_file(p))}
+    path in the carried wheelhouse; against an index by name==version, or by the path or URL the step names it by.
+    Every value of a line is checked for its grammar first (the step id, each wheel's name, version, file name and
+    sha256: LockedWheel.problem, and the step's path or URL), so no line can carry a second requirement or an option."""
+    if not STEP.fullmatch(step):
+        raise InputError(f"the lock names a pip step {step!r} that is not a step id", _LOCK_FIX)
+    for w in wheels:
+        why = w.problem()
+        if why:
+            raise InputError(f"the lock's {why}", _LOCK_FIX)
+        if w.step != step:
+            raise InputError(f"the lock's wheel {w.filename} belongs to step {w.step}, not {step}", _LOCK_FIX)
+    named = {f: _named_ref(p) for p in packages if (f := wheel_file(p))}
     lines = [f"# envkit lock: every wheel step `{step}` installs, each by its sha256 (pip install --require-hashes --no-deps)"]
     for w in wheels:
         ref = f"{WHEELHOUSE}/{w.filename}" if offline else named.get(w.filename) or f"{w.name}=={w.version}"

@@ -3,7 +3,7 @@ TensorRT-LLM releases, the tensorrtllm_backend tags, and FasterTransformer's fro
 matrix.toml by config/matrix_file.py), and what resolve answers for `--engine` (EngineSolution)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from packaging.specifiers import SpecifierSet
@@ -187,20 +187,71 @@ class EngineSolution:
         }
 
 
+ENGINE_OPTIONS = ("--tp", "--max-batch-size", "--from-wheel")
+"""generate's options that lay out a container engine's server; a pip stack refuses them."""
+USED_BY = {"ensemble": ("--tp", "--max-batch-size"), "trtllm-serve": ("--tp", "--max-batch-size", "--from-wheel"),
+           "fastertransformer": ("--tp",), "vllm": ()}
+"""Which of them each workflow's files use (render_engine): the ensemble's mpirun ranks, trtllm-build and config.pbtxt;
+trtllm-serve's --tp_size and --max_batch_size (and its wheel); FasterTransformer's tensor_para_size (its config.pbtxt
+keeps its own max_batch_size); Triton's vLLM backend none (its CMD is tritonserver on the model repository the user
+brings, whose model.json sets tensor_parallel_size and max_num_seqs)."""
+_UNUSED_WHY = {
+    "vllm": ("its CMD is tritonserver on the model repository you bring, where the vLLM backend reads tensor_parallel_size "
+             "and max_num_seqs from the model's model.json", "set them in that model.json, and drop the flags"),
+    "fastertransformer": ("FasterTransformer's config.pbtxt keeps its own max_batch_size", "drop the flag"),
+}
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     """How the server is laid out: tensor-parallel ranks (GPUs), Triton's max batch size, and whether the
-    tensorrt_llm model is decoupled (streams tokens: generate_stream)."""
+    tensorrt_llm model is decoupled (streams tokens: generate_stream). `given`: the options the command line
+    named (so one given at its default value is still refused where it does not apply)."""
     tp: int = 1
     max_batch_size: int = 64
     decoupled: bool = True
     from_wheel: bool = False  # --engine trtllm: TensorRT-LLM's wheel on NVIDIA's CUDA image instead of Triton's container
+    given: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def asked(cls, tp: Optional[int] = None, max_batch_size: Optional[int] = None, from_wheel: bool = False) -> EngineOptions:
+        """The options as a command line gave them (None: not given)."""
+        d = cls()
+        given = tuple(n for n, v in (("--tp", tp), ("--max-batch-size", max_batch_size), ("--from-wheel", from_wheel or None))
+                      if v is not None)
+        return cls(tp=d.tp if tp is None else tp, max_batch_size=d.max_batch_size if max_batch_size is None else max_batch_size,
+                   from_wheel=from_wheel, given=given)
 
     def check(self) -> None:
         if self.tp < 1 or self.tp > 64:
             raise InputError(f"--tp {self.tp} is not a tensor-parallel size", "give the number of GPUs, 1 to 64 (e.g. --tp 2)")
         if self.max_batch_size < 1 or self.max_batch_size > 4096:
             raise InputError(f"--max-batch-size {self.max_batch_size} is out of range", "give 1 to 4096 (e.g. --max-batch-size 64)")
+
+    def named(self) -> tuple[str, ...]:
+        """The options given, or set away from their defaults, in ENGINE_OPTIONS' order."""
+        d = EngineOptions()
+        differ = {"--tp": self.tp != d.tp, "--max-batch-size": self.max_batch_size != d.max_batch_size,
+                  "--from-wheel": self.from_wheel}
+        return tuple(n for n in ENGINE_OPTIONS if differ[n] or n in self.given)
+
+    def refuse_unused(self, engine: str, workflow: str) -> None:
+        """Refused (exit 2): an option this engine's files would not use, so it would be dropped silently."""
+        unused = [n for n in self.named() if n not in USED_BY.get(workflow, ENGINE_OPTIONS)]
+        if not unused or unused == ["--from-wheel"]:  # --from-wheel: wheel_base names what it needs
+            return
+        unused = [n for n in unused if n != "--from-wheel"]
+        why, fix = _UNUSED_WHY.get(workflow, ("its files do not use it", "drop the flag" if len(unused) == 1 else "drop the flags"))
+        raise InputError(f"--engine {engine} does not use {' and '.join(unused)}: {why}", fix)
+
+    def refuse_on_pip_stack(self) -> None:
+        """Refused (exit 2) on a stack envkit builds with pip, which has no such server to lay out."""
+        named = self.named()
+        if named:
+            raise InputError(f"{', '.join(named)} lay{'s' if len(named) == 1 else ''} out a container engine's server (--engine "
+                             "trtllm, triton-trtllm, fastertransformer), and this is a stack envkit builds with pip",
+                             f"drop {'it' if len(named) == 1 else 'them'}, or pick a container engine with --engine; a vLLM server takes its own "
+                             "--serve-arg=--tensor-parallel-size=N and --serve-arg=--max-num-seqs=N")
 
 
 PIP_ENGINES = ("fastllm", "sglang", "paddle")

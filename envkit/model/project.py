@@ -57,6 +57,8 @@ class Target:
     runner: Optional[tuple[str, ...]] = None  # the CI runner labels of this target's job ([[target]] runner)
     serve: Optional["ServeTarget"] = None  # a serving image ([[target]] serve = "MODEL_DIR" and its keys)
     k8s: K8sSettings = K8sSettings()  # [target.k8s]: over the file's [k8s]
+    tp: Optional[int] = None  # a container engine's tensor-parallel size ([[target]] tp, as --tp); None: not given
+    max_batch_size: Optional[int] = None  # a container engine's max batch size ([[target]] max_batch_size, as --max-batch-size)
 
     def flag_dict(self) -> dict[str, str]:
         return dict(self.flags)

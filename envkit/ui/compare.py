@@ -17,6 +17,7 @@ from rich.text import Text
 
 from envkit.core.compare import HF, Comparison, Table, failures, single_cell, tables
 from envkit.errors import InputError
+from envkit.model.redact import printable
 from envkit.ui import plot
 from envkit.ui.settings import console as _console
 
@@ -26,11 +27,11 @@ COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189), (140, 
 # ---------------------------------------------------------------- rich and Markdown
 
 def rich_table(t: Table) -> RichTable:
-    out = RichTable(title=t.title, title_justify="left", header_style="bold", pad_edge=False)
+    out = RichTable(title=Text(printable(t.title)), title_justify="left", header_style="bold", pad_edge=False)
     for i, col in enumerate(t.header):
-        out.add_column(col, justify="left" if i == 0 or not t.rows else "right" if _numeric(t, i) else "left", overflow="fold")
+        out.add_column(Text(printable(col)), justify="left" if i == 0 or not t.rows else "right" if _numeric(t, i) else "left", overflow="fold")
     for row in t.rows:
-        out.add_row(*(Text(cell) for cell in row))
+        out.add_row(*(Text(printable(cell)) for cell in row))
     return out
 
 
@@ -41,15 +42,15 @@ def _numeric(t: Table, i: int) -> bool:
 def print_comparison(c: Comparison, console: Optional[Console] = None) -> None:
     out = console or _console()
     workload = f"prompts from {c.dataset}" if c.dataset else f"{c.input_len} random prompt tokens"
-    out.print(Text(f"{c.model} on {c.site}: {c.num_prompts} requests a level, {workload}, {c.output_len} output tokens each"))
+    out.print(Text(printable(f"{c.model} on {c.site}: {c.num_prompts} requests a level, {workload}, {c.output_len} output tokens each")))
     for t in tables([c]):
         out.print(rich_table(t))
     for line in failures(c):
-        out.print(Text(line, style="red"), overflow="fold")
+        out.print(Text(printable(line), style="red"), overflow="fold")
 
 
 def _md_cell(cell: str) -> str:
-    return cell.replace("|", "\\|").replace("\n", " ")
+    return printable(cell).replace("|", "\\|").replace("\n", " ")
 
 
 def markdown_table(t: Table) -> str:
@@ -71,7 +72,7 @@ def markdown(comparisons: Sequence[Comparison]) -> str:
         workload = f"prompts from `{c.dataset}`" if c.dataset else f"{c.input_len} random prompt tokens"
         head.append(f"{c.model} on {c.site}: {c.num_prompts} requests a level, {workload}, {c.output_len} output tokens each; "
                     f"concurrency {', '.join(map(str, c.concurrency))}.")
-    return "\n".join(head) + "\n\n" + "\n".join(parts)
+    return printable("\n".join(head) + "\n\n" + "\n".join(parts))  # a server's model id, controls and all, escaped
 
 
 # ---------------------------------------------------------------- the PNG
@@ -154,6 +155,12 @@ def stdlib_chart(c: Comparison, width: int = 560, height: int = 440) -> bytes:
     return cv.png()
 
 
+def _mpl_text(text: str) -> str:
+    """A server's or a user's text as matplotlib shows it as written: controls escaped, `$` not starting mathtext (a
+    model id such as a$\\frac{$ would fail the whole chart)."""
+    return printable(text).replace("$", r"\$")
+
+
 def matplotlib_chart(c: Comparison, width: int = 1500, height: int = 480) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -162,7 +169,7 @@ def matplotlib_chart(c: Comparison, width: int = 1500, height: int = 480) -> byt
     hexes = ["#%02x%02x%02x" % rgb for rgb in COLORS]
     fig = Figure(figsize=(width / 100, height / 100), dpi=100, facecolor="white")
     canvas = FigureCanvasAgg(fig)
-    fig.suptitle(f"{c.model} on {c.site}")
+    fig.suptitle(_mpl_text(f"{c.model} on {c.site}"))
     ax: Any = fig.add_subplot(1, 3, 1)
     for k, (name, v) in enumerate(zip(names, single)):
         if v is None:

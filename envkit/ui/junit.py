@@ -17,6 +17,7 @@ from xml.etree import ElementTree as ET
 from envkit.core.judge import quiet_groups
 from envkit.errors import InputError
 from envkit.model.host import Finding
+from envkit.model.redact import printable
 from envkit.model.rules import group_of
 
 
@@ -60,19 +61,26 @@ def to_xml(suite: str, cases: list[Case], timestamp: Optional[datetime] = None, 
     root = ET.Element("testsuites")
     stamp = (timestamp or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(tzinfo=None, microsecond=0)
     total = seconds if seconds is not None else sum(c.seconds for c in cases)
-    s = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)), failures=str(sum(not c.ok for c in cases)),
+    s = ET.SubElement(root, "testsuite", name=_xml(suite), tests=str(len(cases)), failures=str(sum(not c.ok for c in cases)),
                       errors="0", skipped="0", time=f"{total:.3f}", timestamp=stamp.isoformat(),
                       hostname=hostname or socket.gethostname() or "localhost")
     for c in cases:
-        tc = ET.SubElement(s, "testcase", name=c.name, classname=c.classname, time=f"{c.seconds:.3f}")
+        tc = ET.SubElement(s, "testcase", name=_xml(c.name), classname=_xml(c.classname), time=f"{c.seconds:.3f}")
         if not c.ok:
-            f = ET.SubElement(tc, "failure", message=c.message[:500], type="failure")
-            f.text = c.detail
+            f = ET.SubElement(tc, "failure", message=_xml(c.message, 500), type="failure")
+            f.text = _xml(c.detail)
         elif c.detail:
-            ET.SubElement(tc, "system-out").text = c.detail
+            ET.SubElement(tc, "system-out").text = _xml(c.detail)
     ET.indent(root)
     xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return xml + b"\n"
+
+
+def _xml(text: str, limit: Optional[int] = None) -> str:
+    """Text fit for the file: control characters escaped (XML 1.0 cannot hold most of them, and a CI page would show
+    them raw), then cut; what comes from a server was redacted before it got here (model/redact.py)."""
+    text = printable(text)
+    return text if limit is None or len(text) <= limit else text[:limit]
 
 
 def write(path: str, suite: str, cases: list[Case]) -> None:

@@ -204,7 +204,7 @@ def matplotlib_chart(doc: dict, width: int = 1120, height: int = 460) -> bytes:
     dpi = 100
     fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, facecolor="white")
     canvas = FigureCanvasAgg(fig)
-    fig.suptitle(title)
+    fig.suptitle(title, parse_math=False)  # a served model id may hold $...$: shown as written
     blue, red = ("#%02x%02x%02x" % c for c in (BLUE, RED))
     for k, (name, ys) in enumerate((("output tokens/s", thr), ("P99 TTFT (ms)", ttft))):
         ax: Any = fig.add_subplot(1, 2, k + 1)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from envkit.app.reporter import Tick
 from envkit.core.preflight import Check
+from envkit.model.redact import printable
 from envkit.ui import settings
 
 _STEP = re.compile(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", re.I)
@@ -50,7 +51,8 @@ class RichReporter:
             self._sweep.stop()
 
     def say(self, message: str) -> None:
-        self.out.print(f"[dim]{escape(self.prefix + message)}[/dim]")
+        """One line; what it quotes from a server or a tool has its control characters escaped and its markup shown."""
+        self.out.print(f"[dim]{escape(printable(self.prefix + message))}[/dim]")
 
     @contextlib.contextmanager
     def _transfer(self, name: str) -> Iterator[Tick]:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from envkit.model.flags import FLAG
 from envkit.model.matrix import Matrix, dtk_text
+from envkit.model.redact import printable
 from envkit.model.solution import Result
 from envkit.ui import settings
 
@@ -478,9 +479,11 @@ def print_serving(doc: dict, console: Optional[Console] = None) -> None:
 
 
 def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
+    """The sweep's table, then each distinct failure in full. The model, URL and errors came from a server or a file:
+    their control characters are escaped (model/redact.py's printable), their markup shown as written."""
     c = console or _console()
     workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
-    t = Table(title=_e(f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)"),
+    t = Table(title=_e(printable(f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)")),
               title_justify="left", header_style="bold", pad_edge=False)
     def ms(v) -> str:
         return "-" if v is None else f"{v:.1f}"
@@ -501,7 +504,7 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
             for e in lv.get("errors") or ["failed"]:
                 errors.setdefault(str(e), []).append(str(lv["concurrency"]))
     for err, levels in errors.items():
-        c.print(Text(f"failed at concurrency {', '.join(levels)}: {err}", style="red"), overflow="fold")
+        c.print(Text(printable(f"failed at concurrency {', '.join(levels)}: {err}"), style="red"), overflow="fold")
 
 
 def print_matrix_check(c: Checked) -> None:

@@ -231,7 +231,7 @@ def test_code_the_interpreter_cannot_express_stops_the_extraction() -> None:
 # ---------------------------------------------------------------- the CUDA extension's sources (sdist.cuda_extension)
 
 KERNEL_CU = textwrap.dedent("""\
-    // Copyright (c) 2024, Tri Dao.
+    // a header comment, as kernel files begin
     #include "namespace_config.h"
     #include "flash_fwd_launch_template.h"
 

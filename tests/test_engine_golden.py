@@ -1,5 +1,7 @@
 """Golden contexts of the container engines (--engine triton-trtllm, trtllm, fastertransformer): the Dockerfile, the
-filled Triton model repository and the scripts must equal tests/golden/engines/NAME/.
+plan (envkit/engine.plan.json), the fill values of the Triton model repository (envkit/fill_triton_repo.json) and the
+scripts must equal tests/golden/engines/NAME/. The model repository itself is the backend's own, taken from its
+archive at build time: none of its files is in the context or here (tests/test_triton_model_repo.py fills one).
 
 Regenerate after an intended change with:  ENVKIT_UPDATE_GOLDEN=1 pytest tests/test_engine_golden.py
 """
@@ -16,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from envkit.app.generate import GeneratedEngine, generate
-from envkit.core.render_engine import unfilled_structural
 from envkit.errors import InputError
 from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
@@ -41,7 +42,7 @@ CASES = {
     # seed 000: bloom-7b1 on two V100s with the FasterTransformer backend, the legacy profile
     "seed000-fastertransformer-v100-tp2": ({"gpu": "V100", "engine": "fastertransformer"}, INTRANET, EngineOptions(tp=2)),
 }
-SKIP = ("LICENSE",)  # the upstream licence travels beside the repository; not a golden file
+FILL_SCRIPT = "envkit/fill_triton_repo.py"  # inimage/fill_triton_repo.py copied as it is: not a golden file
 
 
 def _generate(name: str) -> GeneratedEngine:
@@ -58,7 +59,10 @@ def _repo_root(monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_engine_context_matches_golden(name):
-    produced = {rel: data for rel, data in _generate(name).files.items() if Path(rel).name not in SKIP}
+    files = _generate(name).files
+    if FILL_SCRIPT in files:
+        assert files[FILL_SCRIPT] == (ROOT / "envkit" / "inimage" / "fill_triton_repo.py").read_bytes()
+    produced = {rel: data for rel, data in files.items() if rel != FILL_SCRIPT}
     want_dir = GOLDEN / name
     if os.environ.get("ENVKIT_UPDATE_GOLDEN"):
         shutil.rmtree(want_dir, ignore_errors=True)
@@ -88,24 +92,26 @@ def test_engine_dockerfile_has_no_hadolint_findings(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_model_repository_is_filled(name):
+def test_model_repository_comes_from_the_backends_archive_with_envkits_fill_values(name):
     files = _generate(name).files
-    configs = {rel: data.decode() for rel, data in files.items() if rel.endswith("config.pbtxt")}
+    assert not any(rel.startswith("model_repo/") or rel.endswith((".pbtxt", "LICENSE")) for rel in files)  # nothing of NVIDIA's
     if CASES[name][0]["engine"] == "trtllm":
-        assert configs == {}  # trtllm-serve needs no model repository
+        assert "envkit/fill_triton_repo.json" not in files  # trtllm-serve needs no model repository
         return
-    assert configs
-    for rel, text in configs.items():
-        assert unfilled_structural(text) == [], rel
-        assert "guaranteed_completion" not in text and "max_num_sequences" not in text  # the seed's stale values
+    values = json.loads(files["envkit/fill_triton_repo.json"])
+    text = json.dumps(values)
+    assert "guaranteed_completion" not in text and "max_num_sequences" not in text  # the seed's stale values
+    archive = values["archive"]
+    assert re.fullmatch(r"https://github\.com/triton-inference-server/\w+_backend/archive/[0-9a-f]{40}\.tar\.gz", archive["origin"])
+    assert archive["origin"].endswith(f"/{archive['commit']}.tar.gz") and archive["name"].endswith(f"-{archive['commit']}.tar.gz")
+    docker = files["Dockerfile"].decode()
+    assert "FROM " in docker and " AS model-repo" in docker and "COPY --from=model-repo /opt/envkit/model_repo/" in docker
     if CASES[name][0]["engine"] == "triton-trtllm":
-        trt = configs["model_repo/tensorrt_llm/config.pbtxt"]
-        assert re.search(r'key: "batch_scheduler_policy"\s*value: \{\s*string_value: "guaranteed_no_evict"', trt)
-        assert re.search(r"decoupled: true", trt)
-        assert re.search(r'key: "gpt_model_path"\s*value: \{\s*string_value: "/engines"', trt)
-        assert f"max_batch_size: {CASES[name][2].max_batch_size}" in configs["model_repo/ensemble/config.pbtxt"]
-        for side in ("preprocessing", "postprocessing"):
-            assert re.search(r'key: "tokenizer_dir"\s*value: \{\s*string_value: "/models/tokenizer"', configs[f"model_repo/{side}/config.pbtxt"])
+        v = values["substitute"]
+        assert v["batch_scheduler_policy"] == "guaranteed_no_evict" and v["decoupled_mode"] == "true"
+        assert v["engine_dir"] == "/engines" and v["tokenizer_dir"] == "/models/tokenizer"
+        assert v["triton_max_batch_size"] == str(CASES[name][2].max_batch_size)
+        assert values["models"] == ["ensemble", "preprocessing", "postprocessing", "tensorrt_llm"]
 
 
 def test_tensor_parallel_launch_has_one_tritonserver_per_rank():
@@ -123,11 +129,12 @@ def test_fastertransformer_is_marked_legacy_and_uses_the_mounted_tokenizer():
     docker = g.files["Dockerfile"].decode()
     assert "# LEGACY: FasterTransformer is archived" in docker
     assert g.result.warnings and "successor" in g.result.warnings[0]
-    ft = g.files["model_repo/fastertransformer/config.pbtxt"].decode()
-    assert re.search(r'key: "tensor_para_size"\s*value: \{\s*string_value: "2"', ft)
-    for side in ("preprocessing", "postprocessing"):
-        py = g.files[f"model_repo/{side}/1/model.py"].decode()
-        assert "bigscience/bloom" not in py and "'/models/tokenizer'" in py  # no Hugging Face Hub on an intranet
+    values = json.loads(g.files["envkit/fill_triton_repo.json"])
+    assert values["archive"]["commit"] == "c6936c39be6fc57c161db34cfe5c45d1bef81ee2"  # the backend's last commit
+    assert values["parameters"]["fastertransformer/config.pbtxt"] == {"tensor_para_size": "2", "model_checkpoint_path": "/models/c-model/2-gpu/"}
+    assert values["substitute"] is None  # its configs hold no ${...}: their text stays as it is
+    assert {(r["file"], r["old"], r["new"]) for r in values["replace"]} == {  # no Hugging Face Hub on an intranet
+        (f"{side}/1/model.py", "'bigscience/bloom'", "'/models/tokenizer'") for side in ("preprocessing", "postprocessing")}
     assert "registry.corp.example:5000/nvidia/tritonserver:23.05-py3" in g.files["envkit/build-backend.sh"].decode()
 
 

@@ -90,7 +90,7 @@ def test_two_products_of_one_arch_resolve_by_the_arch_and_unknown_names_by_their
     flags, read = host_flags(M, ResolveFlags(gpu="auto"), _view(("NVIDIA H100 80GB HBM3", "nvidia", "sm_90"), ("NVIDIA H200", "nvidia", "sm_90")))
     assert flags.gpu == "sm_90" and dict(read)["gpus"] == "NVIDIA H100 80GB HBM3 (sm_90), NVIDIA H200 (sm_90)"
     flags, _ = host_flags(M, ResolveFlags(gpu="auto", python="3.10"), _view(("NVIDIA GH200 480GB", "nvidia", "sm_90"), machine="aarch64"))
-    assert (flags.gpu, flags.platform_arch, flags.python, flags.driver) == ("sm_90", "aarch64", "3.10", "550.54.15")
+    assert (flags.gpu, flags.platform_arch, flags.python, flags.driver) == ("GH200", "aarch64", "3.10", "550.54.15")
 
 
 def test_a_host_without_a_gpu_says_how_to_record_one():

@@ -161,7 +161,7 @@ def test_gpu_archs_are_checked_at_load(arch: str, ok: bool) -> None:
     if ok:
         assert any(g.name == "Z9" for g in matrix.parse(TEXT + row).gpus)
     else:
-        assert _problems(TEXT + row) == [f"line {len(LINES) + 5}: [[gpu]] #51 `arch`: {arch!r} is not an arch: "
+        assert _problems(TEXT + row) == [f"line {len(LINES) + 5}: [[gpu]] #{len(matrix.parse(TEXT).gpus) + 1} `arch`: {arch!r} is not an arch: "
                                          "write sm_NN with NN >= 10 (sm_90, sm_100a) or gfxNNN (gfx942, gfx90a)"]
 
 

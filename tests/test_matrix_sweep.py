@@ -11,7 +11,18 @@ from envkit.core.resolve import parse_query, resolve
 from envkit.core.resolve.checks import Ctx, vllm_pick
 
 M = matrix.load()
-GPUS = [g for g in M.gpus if g.vendor in ("nvidia", "amd")]
+
+
+def _one_per_resolution_group(gpus):
+    """A resolve reads a GPU row only through its vendor, arch, machine, first driver and first DTK:
+    rows equal in those resolve alike, so one of each group stands for the others."""
+    seen: dict[tuple, object] = {}
+    for g in gpus:
+        seen.setdefault((g.vendor, g.arch, g.machine, g.min_driver, g.min_dtk), g)
+    return list(seen.values())
+
+
+GPUS = _one_per_resolution_group([g for g in M.gpus if g.vendor in ("nvidia", "amd")])
 TORCH = sorted({str(b.version) for b in M.torch if b.platform in ("cuda", "rocm")}, key=Version)
 
 

@@ -35,10 +35,10 @@ def load_templates(root: Optional[Path] = None) -> Templates:
     return Templates(fragments, scripts)
 
 
-def load_engine_templates(folder: str, root: Optional[Path] = None) -> dict[str, str]:
-    """The files of dockerfiles/triton/FOLDER (a backend's model repository, its LICENSE and SOURCE), by relative path."""
-    base = (root or templates_dir()) / "triton" / folder
-    return {p.relative_to(base).as_posix(): p.read_text(encoding="utf-8") for p in sorted(base.rglob("*")) if p.is_file()}
+def load_engine_templates() -> bytes:
+    """The script a container engine's build fills its Triton model repository with (inimage/fill_triton_repo.py); the
+    repository itself comes from the backend's own archive at its commit, never from envkit's files."""
+    return (data.INIMAGE / "fill_triton_repo.py").read_bytes()
 
 
 GENERATED_LIST = "envkit/.generated"

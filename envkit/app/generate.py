@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from envkit.adapters.context_dir import load_engine_templates, load_templates, write_tree
@@ -12,7 +13,7 @@ from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
 from envkit.core.planner import base_os, plan
 from envkit.core.render import render
-from envkit.core.render_engine import render_engine, templates_for
+from envkit.core.render_engine import model_archive, render_engine
 from envkit.core.resolve import parse_query, resolve
 from envkit.core.resolve.engines import wheel_base
 from envkit.errors import InputError
@@ -82,7 +83,8 @@ def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveF
 
 @dataclass(frozen=True)
 class GeneratedEngine:
-    """A container engine's context: the Dockerfile FROM the chosen container, the filled model repository and scripts."""
+    """A container engine's context: the Dockerfile FROM the chosen container (its fill stage takes the Triton model
+    repository from the backend's archive), the fill values, the plan and scripts."""
     result: Result
     files: dict[str, bytes]
     command: str
@@ -94,10 +96,12 @@ class GeneratedEngine:
                 "command": self.command, "out": self.out, "files": sorted(self.files)}
 
 
-def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions) -> str:
+def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions, offline: bool = False) -> str:
     parts = ["envkit", "generate", *flags.command_args()]
     if site.given:
         parts += ["--mirror", site.path]
+    if offline:
+        parts.append("--offline")
     if eopts.tp != EngineOptions().tp:
         parts.append(f"--tp={eopts.tp}")
     if eopts.max_batch_size != EngineOptions().max_batch_size:
@@ -130,11 +134,17 @@ def given_options(opts: Options, given: frozenset[str] = frozenset()) -> tuple[s
 
 def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, opts: Options, eopts: EngineOptions,
                     out: Optional[str], force: bool, given: frozenset[str] = frozenset()) -> GeneratedEngine:
-    """The context of a container engine; the pip-stack options (--offline, --toolkit, --serve, --host-march...) do not
-    apply, nor the engine options its files would not use: each is refused (exit 2), never dropped."""
+    """The context of a container engine; the pip-stack options (--toolkit, --serve, --host-march...) do not apply,
+    nor the engine options its files would not use: each is refused (exit 2), never dropped. --offline applies to an
+    engine whose build fills a Triton model repository: the backend's archive must then be carried in the context's
+    sources/ (OUT/sources/NAME, put there by the user), which the Dockerfile COPYs instead of fetching it."""
     sol = result.engine
     assert sol is not None
     named = given_options(opts, given)
+    fills_repo = sol.workflow in ("ensemble", "fastertransformer") and not eopts.from_wheel
+    offline = fills_repo and "--offline" in named
+    if offline:
+        named = tuple(n for n in named if n != "--offline")
     if named:
         first = next((n for n in named if n in _CONTAINER_REFUSAL), None)
         why, fix = _CONTAINER_REFUSAL[first] if first else _COMPILE_REFUSAL
@@ -143,13 +153,16 @@ def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, 
                          f"not apply: {why}", fix)
     eopts.refuse_unused(sol.engine, sol.workflow)
     wheel = wheel_base(m, sol) if eopts.from_wheel else None
-    folder = None if wheel is not None else templates_for(sol)
-    templates = load_engine_templates(folder) if folder else {}
-    files = render_engine(sol, eopts, site, templates, _engine_command(flags, site, eopts), wheel,
-                          load_templates().scripts["apply-site.sh"] if wheel is not None and site.given else b"")
+    archive = None if wheel is not None else model_archive(m, sol)
+    carried = archive is not None and out is not None and (Path(out) / archive.path).is_file()
+    command = _engine_command(flags, site, eopts, offline)
+    files = render_engine(sol, eopts, site, command, wheel,
+                          load_templates().scripts["apply-site.sh"] if wheel is not None and site.given else b"",
+                          archive=archive, carried=carried, offline=offline, where=out,
+                          fill_script=load_engine_templates() if archive is not None else b"")
     if out is not None:
         write_tree(out, files, force)
-    return GeneratedEngine(result, files, _engine_command(flags, site, eopts), out)
+    return GeneratedEngine(result, files, command, out)
 
 
 @dataclass(frozen=True)
@@ -220,8 +233,9 @@ def _generate(flags: ResolveFlags, matrix_path: Optional[str], lock: Optional[st
         if pip_only is not None:
             raise InputError(f"envkit {pip_only} makes pip stacks; --engine {result.engine.engine} is NVIDIA's container "
                              f"({result.engine.image}), pulled through the site's registry",
-                             "use envkit generate with the same flags (its Dockerfile starts FROM that container), "
-                             "or --engine torch / --engine vllm for a stack envkit builds")
+                             "use envkit generate with the same flags (its Dockerfile starts FROM that container; a Triton "
+                             "model repository's archive is carried by putting it in the context's sources/, where the "
+                             "Dockerfile names it), or --engine torch / --engine vllm for a stack envkit builds")
         if locked is not None:
             raise InputError("--lock replays a pip stack; a container engine is named by its resolve flags", "drop --lock")
         return generate_engine(m, result, query_flags, site, opts, engine_opts, out, force, given)

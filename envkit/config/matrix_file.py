@@ -832,7 +832,8 @@ _TRITON = _Spec(TritonImage, Table.of(
     check=lambda x: ("vllm", f"{x.vllm!r} is not a version") if x.vllm is not None and not _is_version(x.vllm) else None)
 
 _TRTLLM_BACKEND = _Spec(TrtllmBackend, Table.of(
-    _VERSION, _req("base_image"), _flag("ensemble"), _req("tensorrt_llm_commit"), _SOURCE))
+    _VERSION, _req("commit"), _req("base_image"), _flag("ensemble"), _req("tensorrt_llm_commit"), _SOURCE),
+    check=lambda x: None if re.fullmatch(r"[0-9a-f]{40}", x.commit) else ("commit", "a full 40-digit commit id"))
 
 _TRTLLM = _Spec(Trtllm, Table.of(
     _VERSION, Field("python", _python_list, list, ()), Field("archs", _cc_list, list, ()), _opt("trtllm_build", bool, bool),
@@ -868,7 +869,8 @@ _PADDLE = _Spec(Paddle, Table.of(
 
 _FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(
     _req("archived"), _req("triton_releases", _release_list, list), _req("sm", _cc_list, list),
-    _req("default_sm", _cc_list, list), _req("cuda_min", Version), _req("successor"), _SOURCE))
+    _req("default_sm", _cc_list, list), _req("cuda_min", Version), _req("successor"), _req("backend_commit"), _SOURCE),
+    check=lambda x: None if re.fullmatch(r"[0-9a-f]{40}", x.backend_commit) else ("backend_commit", "a full 40-digit commit id"))
 
 
 def _is_version(text: str) -> bool:

@@ -1,24 +1,28 @@
 """The build context of a container engine (pure): a Dockerfile FROM the container the resolver chose (through the
-site's registry), the Triton model repository filled from the solution, and the scripts that run where only the
-target GPU can do the work (building the TensorRT engines) or where the upstream recipe builds a backend image.
+site's registry), the Triton model repository the build fills, and the scripts that run where only the target GPU
+can do the work (building the TensorRT engines) or where the upstream recipe builds a backend image.
 
-The model repository is tensorrtllm_backend's (or fastertransformer_backend's) own all_models at the release the
-image carries, copied unchanged under dockerfiles/triton/ and filled as upstream's tools/fill_template.py fills it:
-string.Template substitution of ${name}. Every structural parameter (a number, a bool, a data type) is filled; the
-string parameters left as ${name} are what upstream leaves unset too (the backend reads them as "not given").
+The model repository is the backend's own (tensorrtllm_backend's all_models/inflight_batcher_llm, or
+fastertransformer_backend's all_models/bloom), taken at build time from GitHub's archive of the commit the matrix's
+row names: COPYed from the context's sources/ where it is there (carried), else fetched in the Dockerfile's fill stage
+from GitHub or the site's [rewrite] of it (a network step the plan names; refused with --offline). envkit's
+inimage/fill_triton_repo.py fills it there from envkit/fill_triton_repo.json, the values computed here: string.Template
+substitution of ${name}, as the tag's tools/fill_template.py does. Every structural parameter (a number, a bool, a data
+type) is filled; the string parameters left as ${name} are what upstream leaves unset too (the backend reads them as
+"not given"). The repository holds none of the backend's files.
 """
 from __future__ import annotations
 
 import json
-import re
 import shlex
-from string import Template
-from typing import Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from envkit import __version__
-from envkit.core.render import label_value, pip_conf, site_env
+from envkit.core.render import json_bytes, label_value, pip_conf, site_env
 from envkit.errors import InputError
-from envkit.model.engines import CARRIED_ENSEMBLES, NVIDIA_INDEX, EngineOptions, EngineSolution, WheelBase
+from envkit.model.engines import CARRIED_ENSEMBLES, NVIDIA_INDEX, BackendArchive, EngineOptions, EngineSolution, EngineStep, WheelBase
+from envkit.model.matrix import Matrix
 from envkit.model.site import Site
 
 MODEL_REPO = "/opt/envkit/model_repo"
@@ -28,25 +32,44 @@ TOKENIZER_DIR = "/models/tokenizer"  # the Hugging Face tokenizer files, mounted
 MODEL_DIR = "/models/model"  # trtllm-serve's and vLLM's model directory, mounted
 FT_CHECKPOINT = "/models/c-model"  # FasterTransformer's converted checkpoint (huggingface_bloom_convert.py), mounted
 PORTS = (8000, 8001, 8002)  # Triton: HTTP, gRPC, metrics
-FT_TEMPLATES = "fastertransformer_backend-c6936c39"
 FT_HUB_TOKENIZER = "'bigscience/bloom'"
-NOTICES = ("LICENSE", "SOURCE")  # the template folder's licence and provenance: carried beside, not in, the repository
+GITHUB = "https://github.com"
+TRTLLM_BACKEND_REPOSITORY = f"{GITHUB}/triton-inference-server/tensorrtllm_backend"
+FT_BACKEND_REPOSITORY = f"{GITHUB}/triton-inference-server/fastertransformer_backend"
+ENSEMBLE_ROOT, ENSEMBLE_MODELS = "all_models/inflight_batcher_llm", ("ensemble", "preprocessing", "postprocessing", "tensorrt_llm")
+FT_ROOT, FT_MODELS = "all_models/bloom", ("ensemble", "preprocessing", "postprocessing", "fastertransformer")
+ENSEMBLE_LEFT_OUT = (("tensorrt_llm/1/model.py", "the tensorrt_llm model's Python implementation (from 0.14): its config.pbtxt "
+                      "names the tensorrtllm backend, the C++ one, which does not read it"),)
+FT_LEFT_OUT = (("fastertransformer/1/config.ini", "bloom-560m's config: the converted checkpoint (model_checkpoint_path) "
+                "carries its own"),)
+FILL_SCRIPT = "envkit/fill_triton_repo.py"  # inimage/fill_triton_repo.py, copied into the context
+FILL_VALUES = "envkit/fill_triton_repo.json"
+ENGINE_PLAN = "envkit/engine.plan.json"
+FILL_STAGE = "model-repo"
+FILL_DIR = "/tmp/envkit"  # the fill stage's work directory (the final stage takes only the filled repository)
 
 
-def templates_for(sol: EngineSolution) -> Optional[str]:
-    """The folder under dockerfiles/triton/ whose model repository this solution serves; None where the engine
-    needs none (trtllm-serve, a vLLM container whose repository the user brings)."""
+def model_archive(m: Matrix, sol: EngineSolution) -> Optional[BackendArchive]:
+    """The backend archive whose model repository this solution serves, at the commit the matrix names; None where
+    the engine needs none (trtllm-serve, a vLLM container whose repository the user brings)."""
     if sol.workflow == "fastertransformer":
-        return FT_TEMPLATES
+        ft = m.fastertransformer
+        if ft is None:
+            raise InputError("matrix.toml has no [[fastertransformer]] row", "use the matrix.toml envkit ships")
+        return BackendArchive(FT_BACKEND_REPOSITORY, ft.backend_commit, "main", FT_ROOT, FT_MODELS, FT_LEFT_OUT)
     if sol.workflow != "ensemble":
         return None
     v = sol.trtllm.version if sol.trtllm is not None else sol.backend.version if sol.backend is not None else None
     if v is None or v not in CARRIED_ENSEMBLES:
         carried = ", ".join(str(x) for x in CARRIED_ENSEMBLES)
-        raise InputError(f"envkit carries the Triton ensemble of TensorRT-LLM {carried}, not {v}",
+        raise InputError(f"envkit fills the Triton ensemble of TensorRT-LLM {carried}, not {v}",
                          f"add --trtllm with one of {carried} (envkit resolve --engine triton-trtllm --trtllm 0.19.0 shows it), "
                          "or use --engine trtllm (trtllm-serve needs no model repository)")
-    return f"tensorrtllm_backend-{v}"
+    row = next((b for b in m.trtllm_backend if b.version == v), None)
+    if row is None:
+        raise InputError(f"matrix.toml has no [[trtllm_backend]] row for tensorrtllm_backend {v}, whose commit the model "
+                         "repository is taken at", "use the matrix.toml envkit ships (envkit matrix refresh derives the rows)")
+    return BackendArchive(TRTLLM_BACKEND_REPOSITORY, row.commit, f"v{v}", ENSEMBLE_ROOT, ENSEMBLE_MODELS, ENSEMBLE_LEFT_OUT)
 
 
 def _fill_values(sol: EngineSolution, opts: EngineOptions) -> dict[str, str]:
@@ -76,45 +99,95 @@ def _fill_values(sol: EngineSolution, opts: EngineOptions) -> dict[str, str]:
     }
 
 
-_STRUCTURAL = re.compile(r"^(?!\s*#)(?!\s*string_value:).*\$\{(\w+)\}", re.M)
-
-
-def unfilled_structural(text: str) -> list[str]:
-    """${...} parameters outside a string_value: Triton cannot parse the config while one is left."""
-    return _STRUCTURAL.findall(text)
-
-
-def _set_parameter(text: str, key: str, value: str) -> str:
-    """A fastertransformer config's `parameters { key: K value: { string_value: "..." } }`, set to value."""
-    pattern = re.compile(r'(key:\s*"' + re.escape(key) + r'"\s*value:\s*\{\s*string_value:\s*")[^"]*(")', re.S)
-    out, n = pattern.subn(lambda m: m.group(1) + value + m.group(2), text)
-    if n != 1:
-        raise ValueError(f"the template has {n} parameters named {key}")
-    return out
-
-
-def model_repository(sol: EngineSolution, opts: EngineOptions, templates: Mapping[str, str]) -> dict[str, str]:
-    """The filled model repository, by path relative to it."""
+def fill_values(sol: EngineSolution, opts: EngineOptions, archive: BackendArchive) -> dict[str, Any]:
+    """envkit/fill_triton_repo.json: what inimage/fill_triton_repo.py takes from the archive and how it fills it. For
+    FasterTransformer: tensor_para_size = --tp, the checkpoint of that many ranks, and the tokenizer loaded from
+    TOKENIZER_DIR instead of the Hugging Face Hub, which an intranet does not reach; its configs have no ${...}."""
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "archive": {"name": archive.name, "commit": archive.commit, "ref": archive.ref, "origin": archive.origin},
+        "root": archive.root, "models": list(archive.models), "left_out": dict(archive.left_out),
+        "substitute": None, "parameters": {}, "replace": []}
     if sol.workflow == "fastertransformer":
-        out = dict(templates)
-        ft = "fastertransformer/config.pbtxt"
-        text = _set_parameter(out[ft], "tensor_para_size", str(opts.tp))
-        out[ft] = _set_parameter(text, "model_checkpoint_path", f"{FT_CHECKPOINT}/{opts.tp}-gpu/")
-        for side in ("preprocessing", "postprocessing"):  # upstream loads 'bigscience/bloom' from the Hub: no Hub offline
-            rel = f"{side}/1/model.py"
-            if out[rel].count(FT_HUB_TOKENIZER) != 1:
-                raise ValueError(f"{rel}: expected one {FT_HUB_TOKENIZER}")
-            out[rel] = out[rel].replace(FT_HUB_TOKENIZER, repr(TOKENIZER_DIR))
-        return out
-    values = _fill_values(sol, opts)
-    out = {}
-    for rel, text in templates.items():
-        filled = Template(text).safe_substitute(values) if rel.endswith(".pbtxt") else text
-        left = unfilled_structural(filled) if rel.endswith(".pbtxt") else []
-        if left:
-            raise ValueError(f"{rel}: no value for {', '.join(sorted(set(left)))}")
-        out[rel] = filled
-    return out
+        doc["parameters"] = {"fastertransformer/config.pbtxt": {
+            "tensor_para_size": str(opts.tp), "model_checkpoint_path": f"{FT_CHECKPOINT}/{opts.tp}-gpu/"}}
+        doc["replace"] = [{"file": f"{side}/1/model.py", "old": FT_HUB_TOKENIZER, "new": repr(TOKENIZER_DIR)}
+                          for side in ("preprocessing", "postprocessing")]
+    else:
+        doc["substitute"] = _fill_values(sol, opts)
+    return doc
+
+
+@dataclass(frozen=True)
+class ModelRepo:
+    """How the build gets the model repository: the archive, carried in the context's sources/ or fetched from `url`
+    (GitHub's, or the site's [rewrite] of it), and the plan's step for it."""
+    archive: BackendArchive
+    carried: bool
+    url: Optional[str]
+    step: EngineStep
+    cafile: bool = False  # an https mirror and the site's CA certificate: the fetch trusts it
+
+
+def model_repo(archive: BackendArchive, site: Site, *, carried: bool, offline: bool, where: Optional[str]) -> ModelRepo:
+    """The model repository's step: COPY the carried archive (no network), or fetch it through the site's [rewrite] of
+    GitHub (none: from GitHub). Refused offline without the archive, and with a site that does not mirror GitHub.
+    `where`: the context directory (None: -o - or --dry-run, where nothing is carried)."""
+    a = archive
+    title = f"the Triton model repository: {a.root}/{{{','.join(a.models)}}} of {a.what}, GitHub's archive"
+    place = f"{where}/{a.path}" if where else f"the context's {a.path}"
+    if carried:
+        why = f"carried at {a.path} (from {a.origin}); envkit/fill_triton_repo.py fills it from {FILL_VALUES}"
+        return ModelRepo(a, True, None, EngineStep(FILL_STAGE, title, why))
+    if offline:
+        missing = f"{place} is not there" if where else "-o - and --dry-run write no context to carry it in"
+        raise InputError(f"--offline does not apply without the model repository's archive: step `{FILL_STAGE}` needs "
+                         f"GitHub's archive of {a.what}, {a.origin}, and {missing}",
+                         f"put that file at {place} (the build then COPYs it and reaches no network), or drop --offline "
+                         "(the build fetches it" + (f" through the site's [rewrite] of {GITHUB})" if site.given else ")"))
+    url = site.rewrite(a.origin) if site.given else a.origin
+    if url is None:
+        raise InputError(f"the site file {site.path} has no [rewrite] for {GITHUB}, where the model repository's archive is: "
+                         f"{a.origin}", f'add "{GITHUB}" = "http://YOUR-MIRROR/github" under [rewrite], or put that file at '
+                         f"{place} (carried: no network step)")
+    network = "site" if site.given else "internet"
+    source = f"the site's [rewrite] of {GITHUB}" if site.given else GITHUB
+    why = (f"fetched from {source} (not carried: put {a.origin} at {a.path} and generate again for a build that reaches "
+           f"no network); envkit/fill_triton_repo.py fills it from {FILL_VALUES}")
+    cafile = bool(site.ca_cert) and url.startswith("https://")
+    return ModelRepo(a, False, url, EngineStep(FILL_STAGE, title, why, network, (url,)), cafile)
+
+
+def engine_plan(sol: EngineSolution, repo: ModelRepo, offline: bool) -> dict[str, Any]:
+    """envkit/engine.plan.json: the steps of the Dockerfile that the plan names (what each reaches) and what the
+    context carries."""
+    a = repo.archive
+    return {"schema": 1, "engine": sol.engine, "workflow": sol.workflow, "offline": offline,
+            "steps": [repo.step.to_json()],
+            "carried": [{"path": a.path, "what": a.what, "origin": a.origin}] if repo.carried else []}
+
+
+def _fill_stage(base: str, repo: ModelRepo) -> list[str]:
+    """The Dockerfile's first stage: the archive unpacked and filled; the final stage COPYs only the filled tree."""
+    a = repo.archive
+    lines = [f"# The model repository: {a.what}, {a.root} of GitHub's archive,",
+             f"# filled by {FILL_SCRIPT} from {FILL_VALUES}."]
+    if not repo.carried:
+        lines += ["# Not carried, so fetched here. For a build that reaches no network, put", f"#   {a.origin}",
+                  f"# at {a.path} in this context and generate again (--offline then holds)."]
+    lines.append(f"FROM {base} AS {FILL_STAGE}")
+    run = ["python3", f"{FILL_DIR}/fill_triton_repo.py", f"{FILL_DIR}/fill_triton_repo.json"]
+    if repo.carried:
+        lines.append(f"COPY {a.path} {FILL_SCRIPT} {FILL_VALUES} {FILL_DIR}/")
+        run += ["--archive", f"{FILL_DIR}/{a.name}"]
+    else:
+        assert repo.url is not None
+        copied = [FILL_SCRIPT, FILL_VALUES] + (["envkit/site/ca.crt"] if repo.cafile else [])
+        lines.append(f"COPY {' '.join(copied)} {FILL_DIR}/")
+        run += ["--fetch", repo.url] + (["--cafile", f"{FILL_DIR}/ca.crt"] if repo.cafile else [])
+    run += ["--out", MODEL_REPO]
+    lines.append("RUN " + " ".join(shlex.quote(p) for p in run))
+    return lines
 
 
 def _launch(opts: EngineOptions) -> list[str]:
@@ -218,7 +291,7 @@ def build_engine_script(sol: EngineSolution, opts: EngineOptions) -> Optional[st
             f"trtllm-build --checkpoint_dir {CHECKPOINT_DIR} --output_dir {ENGINE_DIR} --max_batch_size {opts.max_batch_size}\n")
 
 
-def dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: str) -> str:
+def dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: str, repo: Optional[ModelRepo] = None) -> str:
     base = backend_image(sol) or site.image(sol.image)
     lines = [f"# Generated by envkit {__version__}. Do not edit: regenerate with",
              f"#   {command}",
@@ -227,10 +300,11 @@ def dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: st
         lines.append("# LEGACY: FasterTransformer is archived (2023-10-19); envkit resolve names its successor.")
     if sol.build == "backend":
         lines.append("# FROM: the image envkit/build-backend.sh builds by the backend's own recipe on " + site.image(sol.image))
-    lines += ["", f"FROM {base}"]
-    repo = templates_for_or_none(sol)
     if repo is not None:
-        lines.append(f"COPY model_repo/ {MODEL_REPO}/")
+        lines += [""] + _fill_stage(base, repo)
+    lines += ["", f"FROM {base}"]
+    if repo is not None:
+        lines.append(f"COPY --from={FILL_STAGE} {MODEL_REPO}/ {MODEL_REPO}/")
     scripts = ["envkit/solution.json"] + (["envkit/build-engine.sh"] if sol.workflow == "ensemble" else [])
     lines.append(f"COPY {' '.join(scripts)} /opt/envkit/")
     lines.append(_labels(sol, stack_line(sol), site.image(sol.image)))
@@ -271,17 +345,13 @@ def _wheel_dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, comm
     return "\n".join(lines) + "\n", files
 
 
-def templates_for_or_none(sol: EngineSolution) -> Optional[str]:
-    try:
-        return templates_for(sol)
-    except InputError:
-        return None
-
-
-def render_engine(sol: EngineSolution, opts: EngineOptions, site: Site, templates: Mapping[str, str], command: str,
-                  wheel: Optional[WheelBase] = None, apply_site: bytes = b"") -> dict[str, bytes]:
-    """Every file of the context, by relative path. `templates`: the model repository's files (templates_for's folder);
-    `wheel`: the CUDA image of --from-wheel, with `apply_site` (inimage/apply-site.sh) for a site's mirrors."""
+def render_engine(sol: EngineSolution, opts: EngineOptions, site: Site, command: str, wheel: Optional[WheelBase] = None,
+                  apply_site: bytes = b"", *, archive: Optional[BackendArchive] = None, carried: bool = False,
+                  offline: bool = False, where: Optional[str] = None, fill_script: bytes = b"") -> dict[str, bytes]:
+    """Every file of the context, by relative path. `wheel`: the CUDA image of --from-wheel, with `apply_site`
+    (inimage/apply-site.sh) for a site's mirrors. `archive` (model_archive's): the backend archive whose model
+    repository the build fills with `fill_script` (inimage/fill_triton_repo.py); `carried`: the context directory
+    `where` holds it in sources/; `offline`: refuse a build that would fetch it."""
     opts.check()
     solution_json = json.dumps(sol.to_json(), indent=2, sort_keys=True) + "\n"
     if wheel is not None:
@@ -289,16 +359,16 @@ def render_engine(sol: EngineSolution, opts: EngineOptions, site: Site, template
         if site.given:
             extra["envkit/site/apply-site.sh"] = apply_site
         return dict(sorted({"Dockerfile": text.encode(), "envkit/solution.json": solution_json.encode(), **extra}.items()))
-    files: dict[str, str] = {"Dockerfile": dockerfile(sol, opts, site, command), "envkit/solution.json": solution_json}
-    folder = templates_for(sol)
-    if folder is not None:
-        repo = {rel: text for rel, text in templates.items() if rel not in NOTICES}
-        for rel, text in model_repository(sol, opts, repo).items():
-            files[f"model_repo/{rel}"] = text
-        for rel in NOTICES:
-            if rel in templates:
-                files[f"envkit/third_party/{folder}/{rel}"] = templates[rel]
+    repo = None if archive is None else model_repo(archive, site, carried=carried, offline=offline, where=where)
+    files: dict[str, bytes] = {"Dockerfile": dockerfile(sol, opts, site, command, repo).encode(),
+                               "envkit/solution.json": solution_json.encode()}
+    if repo is not None:
+        files[FILL_SCRIPT] = fill_script
+        files[FILL_VALUES] = json_bytes(fill_values(sol, opts, repo.archive))
+        files[ENGINE_PLAN] = json_bytes(engine_plan(sol, repo, offline))
+        if repo.cafile and site.ca_cert:
+            files["envkit/site/ca.crt"] = site.ca_cert
     for name, script in (("envkit/build-backend.sh", build_backend_script(sol, site)), ("envkit/build-engine.sh", build_engine_script(sol, opts))):
         if script is not None:
-            files[name] = script
-    return {k: v.encode() for k, v in sorted(files.items())}
+            files[name] = script.encode()
+    return dict(sorted(files.items()))

@@ -48,7 +48,7 @@ def backend_rows(backend: dict[str, Any]) -> list[dict[str, Any]]:
     for t in backend["tags"]:
         if not t.get("base_image"):
             continue
-        rows.append({"version": t["tag"].lstrip("v"), "base_image": t["base_image"], "ensemble": bool(t["ensemble"]),
+        rows.append({"version": t["tag"].lstrip("v"), "commit": t["commit"], "base_image": t["base_image"], "ensemble": bool(t["ensemble"]),
                      "tensorrt_llm_commit": t["tensorrt_llm_commit"], "source": t["citation"]})
     return sorted(rows, key=lambda x: tuple(int(p) for p in x["version"].split(".")), reverse=True)
 

@@ -19,8 +19,9 @@ FasterTransformer profile."""
 CONTAINER_ENGINES = ("trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
 NGC = "nvcr.io/nvidia"
 CARRIED_ENSEMBLES = (Version("0.8.0"), Version("0.14.0"), Version("0.19.0"))
-"""The tensorrtllm_backend tags whose all_models/inflight_batcher_llm envkit carries (dockerfiles/triton/) and fills:
-seed 003's 0.8.0, 0.14.0 (the last with Volta) and 0.19.0 (the last tag that holds the ensemble)."""
+"""The tensorrtllm_backend tags whose all_models/inflight_batcher_llm envkit fills (the build takes it from GitHub's
+archive of the tag's commit; envkit's fill values were checked against each tag's config.pbtxt files): seed 003's
+0.8.0, 0.14.0 (the last with Volta) and 0.19.0 (the last tag that holds the ensemble)."""
 
 
 def release_key(release: str) -> tuple[int, int]:
@@ -64,9 +65,11 @@ class TritonImage:
 
 @dataclass(frozen=True)
 class TrtllmBackend:
-    """A tensorrtllm_backend tag: the Triton -py3 image its Dockerfile.trt_llm_backend builds on, the TensorRT-LLM
-    commit of its submodule, and whether the tag carries the inflight_batcher_llm ensemble."""
+    """A tensorrtllm_backend tag: its commit (GitHub's archive of it holds the model repository generate fills), the
+    Triton -py3 image its Dockerfile.trt_llm_backend builds on, the TensorRT-LLM commit of its submodule, and whether
+    the tag carries the inflight_batcher_llm ensemble."""
     version: Version
+    commit: str
     base_image: str
     ensemble: bool
     tensorrt_llm_commit: str
@@ -102,14 +105,64 @@ class Trtllm:
 @dataclass(frozen=True)
 class FasterTransformer:
     """The frozen legacy profile: NVIDIA archived FasterTransformer and its Triton backend (last commits
-    2023-10-19); the backend builds on these Triton -py3 releases, the library for these SM numbers."""
+    2023-10-19); the backend builds on these Triton -py3 releases, the library for these SM numbers.
+    `backend_commit`: fastertransformer_backend's last commit, whose archive holds the bloom model repository."""
     archived: str
     triton_releases: tuple[str, ...]
     sm: tuple[CC, ...]
     default_sm: tuple[CC, ...]
     cuda_min: Version
     successor: str
+    backend_commit: str
     source: str
+
+
+@dataclass(frozen=True)
+class BackendArchive:
+    """GitHub's archive of a Triton backend at one commit, whose model repository a context fills: the directories
+    `models` under `root` of the tree; `left_out` the files of theirs the filled repository does not hold, each with
+    why. The build COPYs it from the context's `path` where it is there, else fetches it from `origin` (or the site's
+    [rewrite] of it)."""
+    repository: str  # https://github.com/OWNER/NAME
+    commit: str
+    ref: str  # what the commit is: the tag (v0.8.0), or the branch's last commit
+    root: str  # the model repositories' directory in the tree (all_models/inflight_batcher_llm)
+    models: tuple[str, ...]
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def project(self) -> str:
+        return self.repository.rstrip("/").rpartition("/")[2]
+
+    @property
+    def name(self) -> str:
+        return f"{self.project}-{self.commit}.tar.gz"
+
+    @property
+    def path(self) -> str:
+        return f"sources/{self.name}"
+
+    @property
+    def origin(self) -> str:
+        return f"{self.repository}/archive/{self.commit}.tar.gz"
+
+    @property
+    def what(self) -> str:
+        return f"{self.project} {self.ref} (commit {self.commit[:12]})"
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One step of a container engine's Dockerfile that the plan names: what it reaches (none, site, internet), and
+    which URLs."""
+    id: str
+    title: str
+    why: str
+    network: str = "none"
+    reaches: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "why": self.why, "network": self.network, "reaches": list(self.reaches)}
 
 
 NVIDIA_INDEX = "https://pypi.nvidia.com"  # where TensorRT-LLM's real wheels are (PyPI holds stubs that fetch from it)

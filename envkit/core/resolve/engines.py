@@ -272,7 +272,7 @@ def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> Eng
         out.append("engines are built on the target GPU (trtllm-build): a TensorRT engine runs only on the GPU arch and "
                    "TensorRT version it was built with; the bundle carries checkpoints, never engines")
         if not carried:
-            out.append(f"envkit carries the ensemble model repository of TensorRT-LLM {', '.join(str(v) for v in sorted(CARRIED_ENSEMBLES))} "
+            out.append(f"envkit fills the ensemble model repository from tensorrtllm_backend's archive for TensorRT-LLM {', '.join(str(v) for v in sorted(CARRIED_ENSEMBLES))} "
                        "only: generate refuses this one (use --trtllm with one of those)")
     if c.workflow == "vllm" and t.vllm is not None and Version(t.vllm).local is not None:
         out.append(f"vLLM {t.vllm} is NVIDIA's own build: its GPU archs are in no source envkit holds; only Triton {t.release}'s "

@@ -54,7 +54,7 @@ class Ran:
         return json.loads(self.out)
 
 
-def run(argv: Sequence[str], area: str) -> Ran:
+def in_process(argv: Sequence[str]) -> tuple[int, str, str]:
     """envkit's own entry point, in this process: exit code, stdout and stderr."""
     out, err = io.StringIO(), io.StringIO()
     code: Any = 0
@@ -63,8 +63,13 @@ def run(argv: Sequence[str], area: str) -> Ran:
             cli_main.main(list(argv))
         except SystemExit as exc:
             code = exc.code
+    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+
+def run(argv: Sequence[str], area: str) -> Ran:
+    """in_process, counted under `area`, with tracebacks and internal errors tallied."""
     CASES[area] += 1
-    ran = Ran(tuple(argv), code if isinstance(code, int) else 1, out.getvalue(), err.getvalue())
+    ran = Ran(tuple(argv), *in_process(argv))
     if "Traceback (most recent call last)" in ran.err or ran.code == cli_main.EXIT_BUG:
         TRACEBACKS[area] += 1
     return ran

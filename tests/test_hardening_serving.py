@@ -27,7 +27,7 @@ from envkit.adapters import context_dir
 from envkit.adapters.model_dir import LISTING, classify, read_model
 from envkit.app.generate import generate
 from envkit.app.serving import ServeRequest, check_args, parse_ref, prepare
-from envkit.cli import main as cli_main
+from fuzzing import in_process
 from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from schema_check import validate
@@ -44,15 +44,7 @@ def _no_engine(monkeypatch):
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
-    """envkit's own entry point in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    code: Any = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli_main.main(list(argv))
-        except SystemExit as exc:
-            code = exc.code
-    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+    return in_process(argv)
 
 
 def refused(code: int, err: str, exit_code: int = 2, *, says: str = "", leaks: tuple[str, ...] = ()) -> None:
@@ -528,3 +520,17 @@ def test_d11_the_staged_model_is_hard_linked_where_it_may_be_so_disk_is_not_doub
     assert private.st_ino != os.stat(md / "private.safetensors").st_ino and stat.S_IMODE(private.st_mode) == 0o644
     assert stat.S_IMODE(os.stat(md / "private.safetensors").st_mode) == 0o600
     model_is_whole(tmp_path / "ctx")
+
+
+def test_a_signal_while_the_staging_directory_is_made_is_raised_inside_its_cleanup():
+    """The d11 SIGTERM case once left a staging directory: the signal came inside mkdtemp, after the directory was
+    made and before it had a name the cleanup could remove. Such a signal is held, then raised by resume()."""
+    guard = context_dir.SignalGuard()
+    with guard.holding():
+        guard.handler(signal.SIGTERM, None)
+        assert guard.cleaning and guard.held == [signal.SIGTERM]
+    assert not guard.cleaning
+    with pytest.raises(context_dir.Interrupted) as e:
+        guard.resume()
+    assert e.value.signum == signal.SIGTERM and guard.held == []
+    guard.resume()  # nothing held: nothing raised

@@ -208,6 +208,20 @@ class SignalGuard:
             return
         raise Interrupted(signum)
 
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Signals held while something is made that the caller's cleanup must know of (a directory made but
+        not yet named); resume() then raises the one held, inside that cleanup's reach."""
+        was, self.cleaning = self.cleaning, True
+        try:
+            yield
+        finally:
+            self.cleaning = was
+
+    def resume(self) -> None:
+        if self.held and not self.cleaning:
+            raise Interrupted(self.held.pop(0))
+
 
 @contextlib.contextmanager
 def signal_guard() -> Iterator[SignalGuard]:
@@ -395,8 +409,10 @@ def _stage_and_commit(target: Path, files: dict[str, bytes], dirs: dict[str, Pop
     committed = False
     try:
         target.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(), dir=target))
+        with guard.holding():
+            tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(), dir=target))
         try:
+            guard.resume()
             for rel, content in files.items():
                 p = tmp / "new" / rel
                 p.parent.mkdir(parents=True, exist_ok=True)

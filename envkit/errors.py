@@ -1,6 +1,6 @@
 """One exception hierarchy. Each class owns its exit code; `cli.main` is the one place that prints them.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/guide/exit-codes.md and the README):
   0  success
   1  no solution / problems found (not an exception: the command returns it)
   2  bad input: a flag, a spec, a file the user gave

@@ -94,7 +94,7 @@ def test_a_credential_is_refused_with_the_way_to_pass_it_as_a_build_secret(text,
     line = e.value.one_line()
     assert way in line and PASSWORD not in line and "\n" not in line and e.value.exit_code == 2
     if "secret" in way:
-        assert "netrc = true" in line and "README" in line
+        assert "netrc = true" in line and "docs/guide/sites.md" in line
 
 
 # ---------------------------------------------------------------- the generated Dockerfile mounts, and only where a mirror is reached

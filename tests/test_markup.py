@@ -181,3 +181,17 @@ def test_a_transfer_named_with_markup_does_not_crash_the_progress_bar():
     with contextlib.ExitStack() as stack:
         tick = stack.enter_context(progress.RichReporter(c).transfer("images/[/]x.tar"))
         tick(1, 2)
+
+
+def test_build_log_and_progress_lines_are_never_split_on_a_narrow_console():
+    """CI logs are grepped for a step's output ("Cuda compilation tools, release 13.0"): on an 80-column console
+    (COLUMNS=80 in a CI runner) a long line stays one line, where rich would fold it at a space."""
+    buf = io.StringIO()
+    r = progress.RichReporter(Console(file=buf, width=40, color_system=None, highlight=False, soft_wrap=False))
+    nvcc = "#12 0.512 Cuda compilation tools, release 13.0, V13.0.88 from the pip wheels' nvcc in /opt/venv"
+    say = "loading images/docker.io_library_ubuntu_24.04.tar into the engine before the build starts"
+    r.build_line(nvcc)
+    r.build_line("Step 3/9 : RUN python -m pip install --no-index --find-links /wheelhouse torch==2.11.0")
+    r.say(say)
+    lines = buf.getvalue().splitlines()
+    assert lines == [nvcc, "Step 3/9 : RUN python -m pip install --no-index --find-links /wheelhouse torch==2.11.0", say]

@@ -2,7 +2,7 @@
 each other, and the documents envkit really prints and writes follow them (run here: resolve, generate and its
 context files, bundle's no-solution answer, build --all --dry-run, the self-test, the serving sweep against a
 loopback server, doctor, matrix check/refresh/export), as do the recorded documents in docs/ and the user files
-in tests/ and README.md. Wrong types and missing keys are refused; the site and project schemas refuse what
+in tests/ and the guides (docs/guide/). Wrong types and missing keys are refused; the site and project schemas refuse what
 their parsers refuse.
 
 Documents that need a container engine or a GPU (bundle, build, inspect, selftest --image) are validated in the
@@ -428,6 +428,16 @@ def test_doctor_documents_on_recorded_facts_this_host_and_for(tmp_path):
     refused({k: v for k, v in doc.items() if k != "image_facts"}, "doctor", "no image_facts")
 
 
+def test_deep_facts_of_a_cpu_torch_follow_the_schema():
+    """A CPU wheel's torch.backends.cudnn.version() is None: the probe writes null (doctor --image --deep of a CPU
+    image failed CI on this), and the schema takes it; a number where a string belongs is still refused."""
+    cpu = {"schema": 1, "deep": {"import_errors": {}, "torch": "2.13.0+cpu", "torch_cuda": None, "torch_hip": None,
+                                 "torch_cxx11abi": True, "torch_archs": [], "cuda_available": False, "torch_debug": False,
+                                 "torch_cudnn": None, "xnnpack": True, "xpu_available": False, "cuda_module_loading": None}}
+    strict(cpu, "facts")
+    refused({**cpu, "deep": {**cpu["deep"], "torch_cudnn": 91900}}, "facts", "cudnn as a number")
+
+
 @pytest.mark.parametrize("facts", ['{"nvidia": "x"}', '{"nvidia": {"gpus": "abc"}}', '{"nvidia": {"gpus": [{"name": "A", "cc": 8.0}]}}',
                                    '{"toolkit": {"ld_library_path": null}}', '{"deep": {"import_errors": []}}', "[1, 2]"])
 def test_mistyped_facts_are_refused_by_the_schema(facts, tmp_path):
@@ -472,9 +482,9 @@ def test_matrix_export_json_documents(tmp_path):
     doc = strict(json.loads(envkit("matrix", "export", "--format", "json", "--project", str(EXPORT_PROJECT.relative_to(ROOT))).stdout),
                  "matrix-export")
     assert doc == json.loads((ROOT / "tests" / "golden" / "export" / "targets.json").read_text())
-    readme = tmp_path / "envkit.toml"
-    readme.write_text(_readme_block("[[target]]"))
-    strict(json.loads(envkit("matrix", "export", "--format", "json", "--project", str(readme)).stdout), "matrix-export")
+    guide = tmp_path / "envkit.toml"
+    guide.write_text(_guide_block("ci.md", "[[target]]"))
+    strict(json.loads(envkit("matrix", "export", "--format", "json", "--project", str(guide)).stdout), "matrix-export")
     broken = copy.deepcopy(doc)
     broken["targets"][0]["mirror"] = "site.toml"  # the offline target
     refused(broken, "matrix-export", "an offline target with a mirror")
@@ -556,9 +566,9 @@ def test_run_plan_documents_for_every_vendor(platform, host):
 
 # ---------------------------------------------------------------- the user files: SITE.toml and envkit.toml
 
-def _readme_block(marker: str) -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```toml\n(.*?)```", readme, re.S)
+def _guide_block(page: str, marker: str) -> str:
+    text = (ROOT / "docs" / "guide" / page).read_text(encoding="utf-8")
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
     (block,) = [b for b in blocks if marker in b]
     return block
 
@@ -573,7 +583,7 @@ def _sites() -> dict[str, str]:
     from envkit.config import site_file
 
     out = {p.name: p.read_text(encoding="utf-8") for p in sorted(SITES.glob("*.toml"))}
-    out["README.md"] = _readme_block("[apt]")
+    out["docs/guide/sites.md"] = _guide_block("sites.md", "[apt]")
     out["site_file.py docstring"] = _docstring_example(site_file)
     return out
 
@@ -581,7 +591,7 @@ def _sites() -> dict[str, str]:
 def _projects() -> dict[str, str]:
     from envkit.config import project_file
 
-    return {"golden export": EXPORT_PROJECT.read_text(encoding="utf-8"), "README.md": _readme_block("[[target]]"),
+    return {"golden export": EXPORT_PROJECT.read_text(encoding="utf-8"), "docs/guide/ci.md": _guide_block("ci.md", "[[target]]"),
             "project_file.py docstring": _docstring_example(project_file)}
 
 

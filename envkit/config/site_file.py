@@ -61,7 +61,7 @@ _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*(:\d+)?")
 _SECRET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # How a login reaches each kind of mirror: as a build secret, never through the site file or a layer.
-SITE_SECTION = "see the README's site file section"
+SITE_SECTION = "see envkit's docs/guide/sites.md, mirrors that ask for a login"
 _PIP_LOGIN = (f"put the login in a netrc file, set [pip] netrc = true, and pass the file at build time: "
               f"envkit build --secret {PIP_NETRC.id}=FILE ({SITE_SECTION})")
 _APT_LOGIN = (f"put the login in an apt auth.conf file (netrc format), set [apt] netrc = true, and pass it at build time: "

@@ -417,8 +417,12 @@ def cache_key(sdist_sha256: str, target: str, archs: list[str], profile: str, nv
     return f"{target}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
-def _ninja_deps(build_dir: str) -> dict[str, list[str]]:
-    """Each object's recorded inputs in a ninja build directory (`ninja -t deps`), {} where ninja cannot say."""
+_DEPS_HEAD = re.compile(r"^(?P<out>.+?): #deps \d+, deps mtime (?P<mtime>\d+) \((?:VALID|STALE)\)$")
+
+
+def _ninja_deps(build_dir: str) -> dict[str, tuple[int | None, list[str]]]:
+    """Each object's recorded inputs in a ninja build directory (`ninja -t deps`), with the object mtime (ns) the deps
+    log recorded beside them; {} where ninja cannot say."""
     ninja = shutil.which("ninja")
     if ninja is None:
         return {}
@@ -426,14 +430,15 @@ def _ninja_deps(build_dir: str) -> dict[str, list[str]]:
         text = subprocess.run([ninja, "-C", build_dir, "-t", "deps"], capture_output=True, text=True, timeout=120).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    deps: dict[str, list[str]] = {}
+    deps: dict[str, tuple[int | None, list[str]]] = {}
     current = None
     for line in text.splitlines():
         if line and not line.startswith(" ") and ":" in line:
-            current = line.split(":", 1)[0].strip()
-            deps[current] = []
+            head = _DEPS_HEAD.match(line)
+            current = head.group("out") if head else line.split(":", 1)[0].strip()
+            deps[current] = (int(head.group("mtime")) if head else None, [])
         elif line.strip() and current is not None:
-            deps[current].append(line.strip())
+            deps[current][1].append(line.strip())
     return deps
 
 
@@ -452,16 +457,21 @@ def restore_cache(cache_dir: str, key: str, ext_dir: str) -> int:
     for root, _, files in os.walk(os.path.join(ext_dir, "build")):
         if "build.ninja" in files and ".ninja_log" in files:
             recorded = _ninja_log_mtimes(os.path.join(root, ".ninja_log"))
-            for obj, inputs in _ninja_deps(root).items():
+            for obj, (deps_mtime_ns, inputs) in _ninja_deps(root).items():
                 obj_path = obj if os.path.isabs(obj) else os.path.join(root, obj)
-                mtime_ns = recorded.get(obj_path) or recorded.get(obj)
-                if mtime_ns is None:
+                known = [t for t in (recorded.get(obj_path) or recorded.get(obj), deps_mtime_ns) if t is not None]
+                if not known or not os.path.exists(obj_path):
                     continue
+                # the tar's time is a float: it comes back up to a microsecond off, and an object a nanosecond newer
+                # than its deps record makes ninja drop the deps and compile it again. Its own recorded time, exactly:
+                mtime_ns = min(known)
+                os.utime(obj_path, ns=(mtime_ns, mtime_ns))
                 before = mtime_ns - 1_000_000_000
                 for dep in inputs:
+                    dep_path = dep if os.path.isabs(dep) else os.path.join(root, dep)
                     try:
-                        if os.stat(dep).st_mtime_ns > before:
-                            os.utime(dep, ns=(before, before))
+                        if os.stat(dep_path).st_mtime_ns > before:
+                            os.utime(dep_path, ns=(before, before))
                     except OSError:
                         continue
     return len(names)

@@ -52,7 +52,7 @@ class RichReporter:
 
     def say(self, message: str) -> None:
         """One line; what it quotes from a server or a tool has its control characters escaped and its markup shown."""
-        self.out.print(f"[dim]{escape(printable(self.prefix + message))}[/dim]")
+        self.out.print(f"[dim]{escape(printable(self.prefix + message))}[/dim]", soft_wrap=True)
 
     @contextlib.contextmanager
     def _transfer(self, name: str) -> Iterator[Tick]:
@@ -72,9 +72,9 @@ class RichReporter:
         if len(line) > 200:
             line = line[:200] + " ..."
         if _STEP.match(line):
-            self.out.print(f"[bold]{escape(line)}[/bold]")
+            self.out.print(f"[bold]{escape(line)}[/bold]", soft_wrap=True)
         elif "compiled " in line or line.startswith("envkit:") or " ---> " not in line:
-            self.out.print(escape(line), highlight=False)
+            self.out.print(escape(line), highlight=False, soft_wrap=True)  # a log line is grepped: never split
 
     def preflight(self, checks: Sequence[Check]) -> None:
         t = Table(title="preflight", title_justify="left", header_style="bold")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,9 @@ STACK = ["--gpu", "H200", "--cuda", "13.0", "--torch", "2.11.0", "--kernels", "r
 
 
 def envkit(*args: str, timeout: int = 2400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    """envkit as a CI runner starts it: an 80-column log, where the build log's lines must stay whole."""
+    return subprocess.run([sys.executable, "-m", "envkit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "80"})
 
 
 def docker(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -54,7 +57,9 @@ def cuda_build(tmp_path_factory):
     docker("rmi", TAG)
     assert docker("rmi", BASE).returncode == 0  # the build must load the base image from the bundle
     try:
-        b = envkit("build", "--offline", "--bundle", str(bundle), "--tag", TAG, "--export-wheels", str(export), "--json")
+        # --no-cache: every step runs and prints what it did, whatever layers an earlier run left on the engine
+        b = envkit("build", "--offline", "--bundle", str(bundle), "--tag", TAG, "--no-cache", "--export-wheels", str(export),
+                   "--json")
         assert docker("image", "inspect", BASE).returncode == 0, "the build did not load the bundle's base image back"
         assert b.returncode == 0, b.stderr[-6000:]
         yield bundle, valid_json(b.stdout, "build"), export, b.stderr

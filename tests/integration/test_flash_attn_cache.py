@@ -5,10 +5,14 @@ CPU one (this machine has no nvcc); on the H200 the same mechanism carries flash
 (docs/flash-attn-build-h200.md). Uses the CPU torch of .vllm-venv (./scripts/start-vllm-env.sh)."""
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".vllm-venv"
@@ -59,3 +63,46 @@ def test_a_rebuild_with_the_same_key_compiles_nothing(tmp_path):
     assert "restored" in second.stdout and "ninja: no work to do" in second.stdout and "compiled 1/1" not in second.stdout
     wheel = next((tmp_path / "out2").glob("flash_attn-9.9.9-*.whl"))
     assert wheel.stat().st_size > 0
+
+
+NINJA = """rule cc
+  command = gcc -MMD -MF $out.d -c $in -o $out
+  depfile = $out.d
+  deps = gcc
+build build/api.o: cc csrc/api.c
+"""
+
+
+@pytest.mark.parametrize("skew_ns", [1, 999, -999])
+def test_a_restored_object_a_tar_rounding_newer_than_its_deps_record_is_not_compiled_again(tmp_path, monkeypatch, skew_ns):
+    """The cache tar keeps an object's time as a float, which comes back up to a microsecond off; an object newer by a
+    nanosecond than the mtime in ninja's deps log made ninja drop its deps and compile everything again (CI, 1 run in
+    2). restore_cache puts each object at its recorded time and its inputs before it. Real ninja and gcc."""
+    from envkit.inimage import build_flash_attn as fa
+
+    monkeypatch.setenv("PATH", f"{VENV / 'bin'}:{os.environ['PATH']}")
+    ninja = shutil.which("ninja")
+    assert ninja, "no ninja in .vllm-venv: run ./scripts/start-vllm-env.sh"
+    ext = tmp_path / "ext"
+    (ext / "csrc").mkdir(parents=True)
+    (ext / "build").mkdir()
+    (ext / "csrc" / "api.c").write_text('#include "api.h"\nint answer(void) { return ANSWER; }\n')
+    (ext / "csrc" / "api.h").write_text("#define ANSWER 42\n")
+    (ext / "build" / "build.ninja").write_text(NINJA.replace("csrc/", str(ext / "csrc") + "/"))
+    assert subprocess.run([ninja, "-C", str(ext / "build")], capture_output=True, text=True).returncode == 0
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    fa.save_cache(str(cache), "k", str(ext))
+    obj = "build/api.o"
+    with tarfile.open(cache / "k.tar") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    with tarfile.open(cache / "k.tar", "w") as tar:
+        for m, data in members:
+            if m.name == obj:
+                m.mtime = (m.mtime * 1e9 + skew_ns) / 1e9 if skew_ns > 0 else m.mtime - 1e-6
+            tar.addfile(m, io.BytesIO(data) if data is not None else None)
+    shutil.rmtree(ext / "build")
+    (ext / "csrc" / "api.h").touch()  # as a reinstall leaves torch's headers: newer than the object
+    assert fa.restore_cache(str(cache), "k", str(ext)) > 0
+    again = subprocess.run([ninja, "-C", str(ext / "build"), "-d", "explain"], capture_output=True, text=True)
+    assert again.returncode == 0 and "ninja: no work to do" in again.stdout, again.stdout + again.stderr

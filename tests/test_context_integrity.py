@@ -125,6 +125,17 @@ def test_fuzz7_a_failure_in_a_fresh_directory_leaves_no_directory(tmp_path, monk
     assert not (tmp_path / "a").exists()
 
 
+@pytest.fixture
+def ctrl_c_live():
+    """SIGINT as an interactive shell leaves it (Python's KeyboardInterrupt handler): a test run started in the
+    background (`cmd &` in a shell without job control, as CI runners and nohup do) inherits it ignored, and an
+    ignored SIGINT stays ignored under envkit's guard too, so these tests set it for their own duration."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_live")
 def test_fuzz7_ctrl_c_during_the_renames_puts_the_old_context_back(tmp_path, monkeypatch):
     ctx = tmp_path / "ctx"
     generate(H200, out=str(ctx))
@@ -137,6 +148,7 @@ def test_fuzz7_ctrl_c_during_the_renames_puts_the_old_context_back(tmp_path, mon
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler envkit set is gone
 
 
+@pytest.mark.usefixtures("ctrl_c_live")
 def test_fuzz7_ctrl_c_during_the_rollback_waits_until_the_old_context_is_back(tmp_path, monkeypatch):
     ctx = tmp_path / "ctx"
     generate(H200, out=str(ctx))

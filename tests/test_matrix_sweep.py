@@ -1,5 +1,6 @@
 """The whole GPU x torch x flash-attn and GPU x vLLM sweep: no solution names a flash-attn wheel
-outside the derived wheel sets, and no solution puts a GPU on a build without its arch."""
+outside the derived wheel sets, no solution puts a GPU on a build without its arch, and every vLLM solution is one
+the planner builds (resolve and generate agree)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,10 @@ from packaging.version import Version
 from envkit.config import matrix_file as matrix
 from envkit.model.matrix import CC, runs_on, sass_runs_on
 from envkit.core.resolve import parse_query, resolve
+from envkit.core.planner import plan
 from envkit.core.resolve.checks import Ctx, vllm_pick
+from envkit.model.plan import Options
+from envkit.model.site import Site
 
 M = matrix.load()
 
@@ -80,6 +84,7 @@ def test_gpu_torch_flash_attn_sweep(gpu: str) -> None:
             if r.ok:
                 solved += 1
                 _check_gpu_fit(q, r.solution)
+                plan(M, r.solution, Site(), Options())  # generate builds what resolve answers
             else:
                 assert r.conflicts
     g = next(x for x in GPUS if x.name == gpu)
@@ -95,6 +100,7 @@ def test_gpu_vllm_sweep(gpu: str) -> None:
         if r.ok:
             _check_gpu_fit(q, r.solution)
             assert r.solution.vllm.version == v.version
+            plan(M, r.solution, Site(), Options())  # resolve answers what generate builds: no refusal after a solution
         else:
             assert r.conflicts
 

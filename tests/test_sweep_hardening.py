@@ -6,8 +6,10 @@ JUnit file or compare --json; no control character in what reaches a terminal; a
 margin (a correctness bound: the start of a Python process and a probe's rounding, not a speed benchmark)."""
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from envkit.adapters import openai_http
 from envkit.errors import EXIT_SERVER, ServerError
 from envkit.model.redact import FRAGMENT, printable, redact, safe_text
 from fuzzing import fuzz_settings
@@ -207,6 +210,24 @@ def test_d3_a_stalled_warm_up_ends_at_the_request_timeout_with_exit_6(post):
     assert r.code == EXIT_SERVER and "timed out: no complete answer within 2 s" in r.line and "--request-timeout" in r.line, r.err
     assert r.seconds < 2 + MARGIN, r.seconds
     assert_clean(r.out, r.err)
+
+
+@pytest.mark.parametrize("exc", [socket.timeout("timed out"), TimeoutError("timed out")], ids=["socket.timeout", "TimeoutError"])
+def test_a_socket_timeout_past_the_deadline_is_the_request_timeout_even_before_the_watchdog_fires(exc):
+    """On a loaded machine the socket's own timeout (as long as the deadline) can raise before the watchdog thread
+    gets the CPU to fire (a full unit run beside image builds: 'TimeoutError: timed out' instead of the deadline's
+    line). Past the deadline it is the deadline; before it, the socket's error as it is."""
+    conn = http.client.HTTPConnection("127.0.0.1", 9)
+    past, ahead = openai_http.Watchdog(conn, 60.0), openai_http.Watchdog(conn, 60.0)
+    past.at = time.monotonic() - 0.001  # its deadline passed; the watcher, which fires it at 60 s, has not run
+    try:
+        assert not past.fired
+        assert openai_http.failure(exc, past, None) == "timed out: no complete answer within 60 s (--request-timeout)"
+        assert openai_http.failure(exc, ahead, None) == "TimeoutError: timed out"
+        assert openai_http.failure(ConnectionResetError("reset"), past, None) == "ConnectionResetError: reset"
+    finally:
+        past.cancel()
+        ahead.cancel()
 
 
 def test_d3_stalled_requests_in_a_level_are_counted_failures(tmp_path):

@@ -92,6 +92,11 @@ class Watchdog:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
+    def ended(self, exc: BaseException) -> bool:
+        """Whether the deadline ended the exchange: the watchdog fired, or the socket's own timeout (as long, and
+        armed later) raised first while the watcher thread waited for the CPU on a loaded machine."""
+        return self.fired or (isinstance(exc, (TimeoutError, socket.timeout)) and time.monotonic() >= self.at)
+
     def check(self) -> None:
         if self.fired:
             raise TimeoutError(f"no complete answer within {self.seconds:g} s")
@@ -164,7 +169,7 @@ def read_line(resp: http.client.HTTPResponse) -> bytes:
 
 def failure(exc: BaseException, dog: Optional[Watchdog], api_key: Optional[str], cut_at_deadline: bool = False) -> str:
     """An exception's one line: a timeout where the watchdog fired (the socket it shut down raises anything)."""
-    if dog is not None and dog.fired:
+    if dog is not None and dog.ended(exc):
         return ("cut at the sweep's deadline (--sweep-timeout)" if cut_at_deadline
                 else f"timed out: no complete answer within {dog.seconds:g} s (--request-timeout)")
     return redact(f"{type(exc).__name__}: {exc}", api_key)

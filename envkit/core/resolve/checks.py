@@ -73,6 +73,8 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {asked_text(q.rocm)} (it has {', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
+    if b.platform == "rocm" and b.toolkit is not None:
+        out += _rocm_image(c, b)
     if q.driver is not None and b.platform != "cuda":
         drives = f"{_gpu_label(g)} runs on {b.platform}" if g is not None else f"the {b.platform} platform has no NVIDIA driver"
         out.append(Conflict("driver.platform", f"--driver {q.driver} is an NVIDIA driver version; {drives}",
@@ -95,6 +97,20 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
         out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {dtk_text(g.min_dtk)}; this torch is built for DTK {dtk_text(b.toolkit)}",
                             f"install DTK >= {dtk_text(g.min_dtk)} and its DAS torch (--dtk {dtk_text(g.min_dtk)} or newer)", g.source))
     return out
+
+
+def _rocm_image(c: Ctx, b: TorchBuild) -> list[Conflict]:
+    """A ROCm torch build is an answer only where its ROCm release has a public base image: generate builds on it."""
+    assert b.toolkit is not None
+    r = c.m.rocm_release(b.toolkit)
+    if r is not None and r.devel_image is not None and r.os is not None:
+        return []
+    with_image = sorted({x.toolkit for x in c.m.torch if x.version == b.version and x.platform == "rocm" and x.toolkit is not None
+                         and (y := c.m.rocm_release(x.toolkit)) is not None and y.devel_image is not None and y.os is not None})
+    fix = (f"use --rocm {with_image[-1]} (torch {b.version}'s newest ROCm build with an image)" if with_image
+           else f"use a torch release whose ROCm build has a base image, or add the image of ROCm {b.toolkit} to its [[rocm]] row")
+    return [Conflict("torch.no-image", f"torch {b.pin} is built for ROCm {b.toolkit}, for which envkit knows no public base image",
+                     fix, r.source if r is not None else b.source)]
 
 
 _VENDOR = {"nvidia": "an NVIDIA", "amd": "an AMD", "hygon": "a Hygon"}
@@ -192,12 +208,29 @@ def check_gpu_driver(m: Matrix, q: Query) -> list[Conflict]:
     return _check_gpu_driver(Ctx(m, q))
 
 
+def _torch_installs_on(c: Ctx, b: TorchBuild, py: Version) -> bool:
+    """The release's Python range, and where the build is one named wheel (a DTK/DAS build), that wheel's own tags:
+    a cp38 wheel installs on 3.8 alone, whatever range its package declares."""
+    return c.admits(b.python, py) and (b.wheel is None or _wheel_tags_fit(b.wheel, py))
+
+
 def check_python(c: Ctx, b: TorchBuild, py: Version) -> list[Conflict]:
-    if c.admits(b.python, py):
+    if _torch_installs_on(c, b, py):
         return []
-    ok = [p.version for p in c.m.python if c.admits(b.python, p.version)]
-    return [Conflict("torch.python", f"torch {b.version} publishes no wheel for Python {py} (supports {b.python})",
+    ok = [p.version for p in c.m.python if _torch_installs_on(c, b, p.version)]
+    what = f"its wheel {b.wheel} is not for Python {py}" if b.wheel is not None and c.admits(b.python, py) else \
+        f"publishes no wheel for Python {py} (supports {b.python})"
+    return [Conflict("torch.python", f"torch {b.pin} {what}" if b.wheel is not None else f"torch {b.version} {what}",
                      f"use --python {ok[0]}" if ok else "pick another torch", b.source)]
+
+
+def _wheel_tags_fit(wheel: str, py: Version) -> bool:
+    """The wheel's tag triple (its last three dash-separated fields, read without its version, which a vendor's build
+    may spell outside PEP 440: `2.1.0+das1.0+git00661e0...`) installs on CPython py."""
+    parts = wheel[:-len(".whl")].split("-") if wheel.endswith(".whl") else []
+    if len(parts) < 5:
+        return False
+    return _wheel_fits(f"x-0-{'-'.join(parts[-3:])}.whl", py)[0]
 
 
 _MANYLINUX_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
@@ -317,7 +350,15 @@ def check_vllm(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, v:
                             "choose a Python in that range", v.cpu.source))
     if b.platform == "cuda":
         return out + _check_vllm_cuda(c, b, tk, py, v)
-    return out + _check_vllm_elsewhere(c, b, v)
+    elsewhere = _check_vllm_elsewhere(c, b, v)
+    out += elsewhere
+    if b.platform == "rocm" and not elsewhere:  # beside a Python or pin conflict too: a nearest miss must not hide it
+        chosen, _ = vllm_pick(c, b, py, v)
+        if chosen is None or not chosen.wheel:
+            out.append(Conflict("vllm.rocm-source", f"vLLM {v.version} on ROCm has no wheel envkit can name: it is built by vLLM's own "
+                                "Dockerfile.rocm, which envkit does not generate",
+                                "drop --vllm and base a serving image on the site's mirror of rocm/vllm, or serve on CUDA", v.source))
+    return out
 
 
 def _check_vllm_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, v: Vllm) -> list[Conflict]:

@@ -327,8 +327,6 @@ def _vllm_part(c: Ctx, pick: _Pick) -> tuple[Optional[str], Optional[str], tuple
         if not chosen.on_pypi and vw:
             built_for = f"CUDA {chosen.cuda}" if chosen.cuda else f"ROCm {b.toolkit}"
             notes.append(f"vLLM {v.version} {built_for} wheel from vLLM's GitHub release, named by the release's own docs or pipeline")
-    if b.platform == "rocm" and not vw:
-        notes.append(f"vLLM {v.version} on ROCm is built from source (vLLM's Dockerfile.rocm)")
     if b.platform == "cpu" and v.cpu is not None:
         notes.append(f"vLLM {v.version} on CPU is PyPI's {v.cpu.package} package (pins torch {v.cpu.torch}); "
                      f"{', '.join(v.cpu.remove)} are removed after it")

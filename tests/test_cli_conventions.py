@@ -184,3 +184,30 @@ def test_an_error_holding_an_outside_tools_lines_is_still_one_line(monkeypatch, 
     assert exit_.value.code == 4
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ImportError: y" in err and "fix | it" in err
+
+
+def _all_params():
+    import typer.main
+
+    root = typer.main.get_command(cli_main.make_app())
+    stack = [("envkit", root)]
+    while stack:
+        name, cmd = stack.pop()
+        for p in cmd.params:
+            yield f"{name} {p.name}", getattr(p, "help", None) or ""
+        for sub_name, sub in getattr(cmd, "commands", {}).items():
+            stack.append((f"{name} {sub_name}", sub))
+
+
+def test_no_option_help_holds_a_bracket_word_that_rich_would_swallow():
+    """Help is rendered as rich markup: an unescaped `[rewrite]` vanished from --from-wheel's help (newcomer review
+    3, D11: "or the site's  of it"). A literal bracket is written `\\[`."""
+    import re
+
+    params = list(_all_params())
+    assert len(params) > 100
+    swallowed = [(where, m.group(0)) for where, text in params
+                 for m in re.finditer(r"(?<!\\)\[[a-z][a-z0-9_.-]*\]", text)]
+    assert swallowed == []
+    p = run("generate", "--help", env={"COLUMNS": "250"})
+    assert "or the site's [rewrite] of it" in p.stdout

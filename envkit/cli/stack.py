@@ -70,7 +70,7 @@ def generate(
                                      help="--engine triton-trtllm/trtllm/fastertransformer: tensor-parallel GPUs (server ranks; default 1)"),
     max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", show_default=False,
                                                  help="--engine triton-trtllm/trtllm: the server's max batch size (default 64)"),
-    from_wheel: bool = typer.Option(False, "--from-wheel", help="--engine trtllm: TensorRT-LLM's wheel (NVIDIA's index, or the site's [rewrite] of it) on NVIDIA's CUDA image"),
+    from_wheel: bool = typer.Option(False, "--from-wheel", help="--engine trtllm: TensorRT-LLM's wheel (NVIDIA's index, or the site's \\[rewrite] of it) on NVIDIA's CUDA image"),
     dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; write nothing"),
     host_facts: Optional[str] = opt.host_facts(),
     as_json: bool = opt.as_json("print the plan as JSON"),

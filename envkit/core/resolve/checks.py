@@ -568,8 +568,9 @@ def _check_fa_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version
     if c.gpu_cc and c.gpu_cc < CC(8, 0):
         out.append(Conflict("flash-attn.gpu-arch",
                             f"FlashAttention-2 needs compute capability >= 8.0 (Ampere or newer); {gpu_name} is {c.gpu_cc.sm}",
-                            "use PyTorch SDPA or xformers on this GPU (FlashAttention 1.x supports Turing), or run on an sm80+ GPU",
-                            src))
+                            # FlashAttention 1.x's README: "Turing or Ampere GPUs (e.g., A100, RTX 3090, T4, RTX 2080)"
+                            "use PyTorch SDPA or xformers on this GPU" + (" (FlashAttention 1.x supports Turing)" if c.gpu_cc >= CC(7, 5) else "")
+                            + ", or run on an sm80+ GPU", src))
     wheel, why = _fa_wheel(c, b, py, f)
     if wheel and not c.q.kernels:
         return out, FlashAttnPlan(f.version, "wheel", wheel, f"{FA_RELEASES}/v{f.version}/{wheel}", (), src)

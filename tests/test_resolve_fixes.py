@@ -1,0 +1,46 @@
+"""A printed fix is a working answer (issue 27): what a conflict tells the user to do, done, resolves, and what it
+claims about the user's GPU is true of that GPU."""
+from __future__ import annotations
+
+import pytest
+
+from envkit.config import matrix_file
+from envkit.core.resolve import parse_query, resolve
+
+M = matrix_file.load()
+
+
+def _conflict(rule: str, **flags: str):
+    r = resolve(M, parse_query(M, **flags), suggest=False)
+    assert not r.ok
+    (c,) = [x for x in r.conflicts if x.rule == rule]
+    return c
+
+
+@pytest.mark.parametrize("gpu, fa1", [("T4", True), ("RTX 2080 Ti", True), ("V100", False), ("sm_61", False)])
+def test_flash_attn_2s_fix_names_flash_attention_1_for_turing_only(gpu, fa1):
+    """FlashAttention 1.x runs on Turing and Ampere (its README), not on Volta or Pascal: a V100 owner was sent
+    to FA 1.x (newcomer review 3, D11)."""
+    c = _conflict("flash-attn.gpu-arch", gpu=gpu, flash_attn="2")
+    assert ("FlashAttention 1.x" in c.fix) is fa1, c.fix
+    assert "SDPA" in c.fix
+
+
+def test_the_rocm_image_fix_names_a_rocm_that_resolves():
+    c = _conflict("torch.no-image", gpu="MI325X", rocm="7.14", torch="2.14.0")
+    rocm = c.fix.split("--rocm ", 1)[1].split()[0]
+    r = resolve(M, parse_query(M, gpu="MI325X", rocm=rocm, torch="2.14.0"))
+    assert r.ok and str(r.solution.toolkit) == rocm
+
+
+def test_dropping_vllm_as_the_rocm_source_fix_says_resolves():
+    c = _conflict("vllm.rocm-source", gpu="MI300X", platform="rocm", vllm="0.11.0")
+    assert c.fix.startswith("drop --vllm")
+    assert resolve(M, parse_query(M, gpu="MI300X", platform="rocm")).ok
+
+
+def test_the_dtk_python_fix_names_the_wheels_python():
+    c = _conflict("torch.python", gpu="Z100L", dtk="23.04", python="3.10")
+    assert c.fix == "use --python 3.8" and "cp38" in c.message
+    r = resolve(M, parse_query(M, gpu="Z100L", dtk="23.04", python="3.8"))
+    assert r.ok and r.solution.torch.wheel.endswith("-cp38-cp38-linux_x86_64.whl")

@@ -239,6 +239,11 @@ class Rocm:
     os: Optional[str]
     source: str
 
+    @property
+    def has_image(self) -> bool:
+        """A public base image and its OS are known: generate can build on this release."""
+        return self.devel_image is not None and self.os is not None
+
 
 @dataclass(frozen=True)
 class Dtk:

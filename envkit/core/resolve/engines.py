@@ -14,11 +14,11 @@ from typing import Callable, Optional
 
 from packaging.version import Version
 
-from envkit.core.resolve.checks import check_gpu_driver
+from envkit.core.resolve.checks import check_gpu_driver, driver_floor
 from envkit.core.resolve.query import release_starts_with
 from envkit.errors import InputError
 from envkit.model.engines import CARRIED_ENSEMBLES, EngineSolution, TritonImage, Trtllm, TrtllmBackend, WheelBase
-from envkit.model.matrix import CC, Gpu, Matrix, sass_runs_on
+from envkit.model.matrix import CC, Driver, Gpu, Matrix, sass_runs_on
 from envkit.model.solution import Conflict, Query, Result
 
 
@@ -223,8 +223,20 @@ def _driver_conflicts(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict
                      f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})"), True
     listed = f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" if t.datacenter_drivers else ""
     out.append(Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}{listed}; the driver is {d}{why}",
-                        f"upgrade the driver to >= {t.driver}, or use an older release", t.source))
+                        _driver_fix(m, q.gpu, t.driver), t.source))
     return out, None, False
+
+
+def _driver_fix(m: Matrix, g: Optional[Gpu], needed: Driver) -> str:
+    """The upgrade a container's driver requirement asks for, where the GPU can take it: no lower than the GPU's own
+    floor (a B300 needs more than a 25.05 container), and none past the GPU's last driver branch (Pascal ends at R580)."""
+    if g is None or g.vendor != "nvidia":
+        return f"upgrade the driver to >= {needed}, or use an older release"
+    fam = m.gpu_driver(g.cc) if g.cc is not None else None
+    if fam is not None and fam.last_branch is not None and needed.key[0] > fam.last_branch:
+        return f"use an older release: no driver for {g.name} meets it (R{fam.last_branch} is its last branch)"
+    floor = driver_floor(m, g)[0]
+    return f"upgrade the driver to >= {max(needed, floor) if floor is not None else needed}, or use an older release"
 
 
 def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
@@ -241,9 +253,21 @@ def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
     return out
 
 
+def _ensemble_conflicts(c: _Candidate) -> list[Conflict]:
+    """generate fills the ensemble's model repository from tensorrtllm_backend's archive of a carried release only:
+    any other is an answer generate would refuse."""
+    if c.workflow != "ensemble" or Version((c.trtllm_version or Version("0")).base_version) in CARRIED_ENSEMBLES:
+        return []
+    carried = ", ".join(str(v) for v in sorted(CARRIED_ENSEMBLES))
+    return [Conflict("engine.ensemble", f"{c.label}: envkit fills the Triton ensemble model repository of TensorRT-LLM "
+                     f"{carried} only, not {c.trtllm_version}", f"use --trtllm with one of {carried}, or --engine trtllm "
+                     "(trtllm-serve needs no model repository)", "doc:docs/engines.md (the ensemble model repository)")]
+
+
 def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...], bool]:
     driver, note, forward = _driver_conflicts(m, q, c)
-    return _gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c), ((note,) if note else ()), forward
+    return (_gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c) + _ensemble_conflicts(c), ((note,) if note else ()),
+            forward)
 
 
 def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> EngineSolution:
@@ -268,12 +292,8 @@ def _solution(m: Matrix, q: Query, c: _Candidate, notes: tuple[str, ...]) -> Eng
         out.append(f"the image builds tensorrtllm_backend {c.backend.version} (its dockerfile/Dockerfile.trt_llm_backend) "
                    f"on {c.backend.base_image}: carry the backend's source at tag v{c.backend.version} with its submodule")
     if c.workflow == "ensemble":
-        carried = Version((c.trtllm_version or Version("0")).base_version) in CARRIED_ENSEMBLES
         out.append("engines are built on the target GPU (trtllm-build): a TensorRT engine runs only on the GPU arch and "
                    "TensorRT version it was built with; the bundle carries checkpoints, never engines")
-        if not carried:
-            out.append(f"envkit fills the ensemble model repository from tensorrtllm_backend's archive for TensorRT-LLM {', '.join(str(v) for v in sorted(CARRIED_ENSEMBLES))} "
-                       "only: generate refuses this one (use --trtllm with one of those)")
     if c.workflow == "vllm" and t.vllm is not None and Version(t.vllm).local is not None:
         out.append(f"vLLM {t.vllm} is NVIDIA's own build: its GPU archs are in no source envkit holds; only Triton {t.release}'s "
                    "minimum compute capability is checked")
@@ -356,11 +376,26 @@ def resolve_engine(m: Matrix, q: Query) -> Result:
         fits = _fits_without(m, q, chosen)
         if fits:
             conflicts = [replace(x, fix=f"{x.fix}; {fits}") for x in conflicts]
+        else:
+            conflicts = [_upgrade_fix(m, q, chosen, x) if x.rule == "engine.driver" else x for x in conflicts]
     else:
         succ = _successor(m, q)
         conflicts = [replace(x, fix=f"use its successor: {succ}" if x.rule == "engine.legacy" else f"{x.fix}; or use its successor: {succ}")
                      for x in conflicts]
     return Result(q, None, tuple(dict.fromkeys(conflicts)), warnings=warnings)
+
+
+def _upgrade_fix(m: Matrix, q: Query, chosen: list[_Candidate], x: Conflict) -> Conflict:
+    """No release fits the driver: the fix is the smallest driver upgrade after which one candidate has no conflict."""
+    floors = []
+    for c in chosen:
+        if c.image.driver is not None and not _check(m, replace(q, driver=c.image.driver), c)[0]:
+            floors.append((c.image.driver, c.label))
+    if not floors:
+        return x
+    driver, label = min(floors)
+    return replace(x, fix=f"upgrade the driver to >= {driver} ({label} needs it; no release envkit can build fits "
+                          f"driver {q.driver})")
 
 
 def _fits_without(m: Matrix, q: Query, chosen: list[_Candidate]) -> str:

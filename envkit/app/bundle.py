@@ -19,6 +19,7 @@ from envkit.app.generate import Generated, generate_pip
 from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
 from envkit.app.serving import Prepared, staged
+from envkit.core.pylock import pylock_files
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
@@ -196,6 +197,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images
     if locked:
         require_pinned(pinned, lock, "bundle")
+    files = {**g.files, **pylock_files(pinned)}  # PEP 751 locks of the wheelhouse, for pip's and uv's users
     root = Path(out)
     report = BundleReport(root)
     old = read_manifest(root)
@@ -203,11 +205,11 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         say(f"{MANIFEST} is unreadable: treated as absent (each carried file is checked on its own, or fetched again)")
     if old.state == "read" and (root / "envkit.plan.json").is_file() \
             and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
-            and all(_problem_path(p) in g.files for p in verify(root)) and holds_lock(root, pinned):
+            and all(_problem_path(p) in files for p in verify(root)) and holds_lock(root, pinned):
         # Same plan, every carried artifact verified: only the generated files may need rewriting.
-        unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in g.files.items())
+        unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in files.items())
         if not unchanged:
-            write_tree(out, g.files, force)
+            write_tree(out, files, force)
             write_manifest(root, list(old.images))
             say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
         report.complete_already = True
@@ -219,8 +221,8 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
             raise InputError(f"{item.path} ({item.what}) is on no public index",
                              "pass --find-links DIR holding it (from the vendor's wheel site)")
     engine = _answering(engine)
-    found = recheck(root, old, set(g.files), {c.path for c in g.plan.carried}, force) if root.is_dir() else None
-    write_tree(out, g.files, force, staged(serving, say))  # the model committed with the files, as generate does
+    found = recheck(root, old, set(files), {c.path for c in g.plan.carried}, force) if root.is_dir() else None
+    write_tree(out, files, force, staged(serving, say))  # the model committed with the files, as generate does
     if found is not None:
         remove_doomed(root, found)
         for rel, why in found.doomed:

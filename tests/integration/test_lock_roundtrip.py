@@ -121,3 +121,24 @@ def test_a_changed_wheel_with_a_matching_manifest_is_refused_by_the_lock(locked_
     p = envkit("build", "--offline", "--bundle", str(bad), "--tag", "envkit-test/cpu:tampered")
     assert p.returncode != 0 and "DO NOT MATCH THE HASHES" in p.stdout + p.stderr and wheel in p.stdout + p.stderr
     assert docker("image", "inspect", "envkit-test/cpu:tampered").returncode != 0
+
+
+def test_uv_installs_the_bundles_pylock_offline_into_a_fresh_venv_giving_exactly_the_locked_set(locked_bundle, tmp_path):
+    """PEP 751 (issue 29): the bundle's pylock.build-torch.toml, installed by uv with no network namespace to reach
+    anything (unshare -rn) and --offline, gives the lock's wheels, each by name and version, and nothing else."""
+    lock, bundle = locked_bundle
+    doc = json.loads(lock.read_text())
+    assert doc["solution"]["python"] == f"{sys.version_info.major}.{sys.version_info.minor}", "the CPU stack's wheels are for this Python"
+    uv, venv = str(Path(sys.executable).parent / "uv"), tmp_path / "venv"
+    made = subprocess.run([uv, "venv", "-q", "--offline", "--python", sys.executable, str(venv)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    python = str(venv / "bin" / "python")
+    p = subprocess.run(["unshare", "-rn", uv, "pip", "install", "--offline", "--no-cache", "--python", python, "-r",
+                        str(bundle / "pylock.build-torch.toml")], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    listed = subprocess.run([uv, "pip", "list", "--format", "json", "--python", python], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    from packaging.utils import canonicalize_name
+    installed = {(canonicalize_name(x["name"]), x["version"]) for x in json.loads(listed.stdout)}
+    assert installed == {(canonicalize_name(w["name"]), w["version"]) for w in doc["wheels"]}
+    assert "pylock.build-torch.toml" in json.loads((bundle / "manifest.json").read_text())["files"]

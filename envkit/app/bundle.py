@@ -213,8 +213,8 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
             write_manifest(root, list(old.images))
             say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
         report.complete_already = True
-        files = read_manifest(root).files
-        report.files, report.bytes = len(files), sum(size for size, _ in files.values())
+        listed = read_manifest(root).files
+        report.files, report.bytes = len(listed), sum(size for size, _ in listed.values())
         return Bundled(g, report, out)
     for item in g.plan.carried:
         if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links and not _pypi_file(item.origin):

@@ -6,7 +6,7 @@ packaging.pylock; written by the small TOML writer below (the standard library r
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from packaging.pylock import Package, PackageWheel, Pylock
 from packaging.specifiers import SpecifierSet
@@ -64,7 +64,7 @@ def _key(k: str) -> str:
     return k if k.replace("-", "").replace("_", "").isalnum() and k.isascii() else json.dumps(k)
 
 
-def _table(doc: dict[str, Any], path: str, lines: list[str]) -> None:
+def _table(doc: Mapping[str, Any], path: str, lines: list[str]) -> None:
     """Plain values first, then sub-tables, then arrays of tables ([[packages]]), as TOML requires."""
     plain = {k: v for k, v in doc.items() if not isinstance(v, dict) and not _array_of_tables(v)}
     for k, v in plain.items():

@@ -44,3 +44,19 @@ def test_the_dtk_python_fix_names_the_wheels_python():
     assert c.fix == "use --python 3.8" and "cp38" in c.message
     r = resolve(M, parse_query(M, gpu="Z100L", dtk="23.04", python="3.8"))
     assert r.ok and r.solution.torch.wheel.endswith("-cp38-cp38-linux_x86_64.whl")
+
+
+def test_a_prebuilt_flash_attn_wheel_keeps_the_base_images_own_python():
+    """Newcomer review 3, D2: the comparison took the flash-attn wheel's file name (its cpXY tag) for the stack, so a
+    stack with a prebuilt wheel never took the base image's Python and compiled CPython 3.12 on Ubuntu 22.04."""
+    from envkit.app.generate import Generated, generate
+    from envkit.model.flags import ResolveFlags
+
+    g = generate(ResolveFlags(gpu="A100", torch="2.4.0", flash_attn="2.6.3"))
+    assert isinstance(g, Generated)
+    sol = g.result.solution
+    assert str(sol.python) == "3.10" and sol.flash_attn is not None and sol.flash_attn.build == "wheel"
+    assert "cp310" in (sol.flash_attn.wheel or "")
+    docker = g.files["Dockerfile"].decode()
+    assert "[build-python]" not in docker and "RUN /usr/bin/python3.10 -m venv /opt/venv" in docker
+    assert any("the base image's own (ubuntu22.04)" in w for w in g.result.warnings)

@@ -23,7 +23,7 @@ from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
 from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, Options
 from envkit.model.site import Site
-from envkit.model.solution import Result, Unsolved
+from envkit.model.solution import Result, Unsolved, same_flash_attn
 
 
 def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[str]) -> str:
@@ -74,7 +74,7 @@ def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveF
         alt_flags = replace(flags, python=str(osr.python))
         alt = resolve(m, parse_query(m, alt_flags))
         if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
-                and alt.solution.flash_attn == sol.flash_attn:
+                and same_flash_attn(alt.solution.flash_attn, sol.flash_attn):
             note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
                     f"{sol.python} would (--python {sol.python} builds that one instead)")
             return replace(alt, query=result.query, warnings=(note,) + alt.warnings), alt_flags

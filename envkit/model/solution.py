@@ -72,6 +72,16 @@ class FlashAttnPlan:
     reason: str = ""  # why there is no prebuilt wheel (a source build)
     profile: str = "full"  # a source build's kernels: "full", or "serving:64,128,256:bf16,fp16" (inimage/build_flash_attn.py)
 
+    @property
+    def install_key(self) -> tuple[Version, str, tuple[str, ...], str]:
+        """What is installed, whatever the Python: the same release built the same way (its wheel's file name and URL
+        carry the cpXY tag, so a cp310 and a cp312 wheel of one build differ there and nowhere else)."""
+        return self.version, self.build, self.arch_list, self.profile
+
+
+def same_flash_attn(a: Optional[FlashAttnPlan], b: Optional[FlashAttnPlan]) -> bool:
+    return (a.install_key if a else None) == (b.install_key if b else None)
+
 
 @dataclass(frozen=True)
 class KernelPlan:

@@ -36,7 +36,7 @@ from envkit.core.resolve.query import KERNELS, given_version, local_builds, rele
 from envkit.model.engines import CONTAINER_ENGINES, PIP_ENGINES
 from envkit.model.flags import FLAG
 from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm, sass_runs_on
-from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution
+from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution, same_flash_attn
 
 T = TypeVar("T")
 
@@ -408,7 +408,8 @@ def _image_python_warning(c: Ctx, pick: _Pick) -> tuple[str, ...]:
     py, os_name = img
     alt = _first_fit(Ctx(c.m, replace(c.q, python=py)))
     plan = pick.flash_attn[1] if pick.flash_attn else None
-    if alt is None or alt.torch != pick.torch or alt.vllm != pick.vllm or (alt.flash_attn[1] if alt.flash_attn else None) != plan:
+    if alt is None or alt.torch != pick.torch or alt.vllm != pick.vllm \
+            or not same_flash_attn(alt.flash_attn[1] if alt.flash_attn else None, plan):
         return ()
     same = " and ".join(["torch"] + (["vLLM"] if pick.vllm else []) + (["flash-attn"] if pick.flash_attn else []))
     return (f"the image gets Python {py}, not {pick.python}: generate prefers the base image's own Python ({os_name}) "

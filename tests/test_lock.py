@@ -510,3 +510,17 @@ def test_a_lock_made_with_toolkit_pip_replays_with_it_and_older_locks_read_as_im
     doc["generate"]["toolkit"] = "conda"
     with pytest.raises(ValueError, match="generate.toolkit 'conda'"):
         Lock.from_json(doc)
+
+
+def test_the_hosts_pip_sources_are_said_with_where_they_are_set_and_credentials_redacted():
+    """Newcomer review 3, D14: bundle ran pip download with this host's pip.conf and PIP_FIND_LINKS and said nothing."""
+    from envkit.adapters.pip import where_from
+
+    listed = "\n".join([":env:.cert='/etc/ssl/certs/ca-certificates.crt'", ":env:.find-links='/opt/wheels'",
+                        "global.extra-index-url='file:///opt/pypi/simple https://bob:s3cr3t-token@mirror.corp.example/simple'",
+                        "user.index-url='https://mirror.corp.example/simple'", "global.timeout='60'"])
+    lines = where_from(listed)
+    assert lines[0] == "find-links = /opt/wheels (PIP_FIND_LINKS)"
+    assert lines[1].startswith("extra-index-url = file:///opt/pypi/simple https://") and lines[1].endswith("(pip.conf [global])")
+    assert "s3cr3t-token" not in lines[1] and "***" in lines[1]
+    assert lines[2] == "index-url = https://mirror.corp.example/simple (pip.conf [user])" and len(lines) == 3

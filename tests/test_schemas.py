@@ -499,7 +499,8 @@ def test_matrix_export_json_documents(tmp_path):
 
 BUNDLE_SAMPLE = {"schema": 1, "ok": True, "out": "envkit-bundle", "complete_already": False, "files": 14, "bytes": 912345678,
                  "downloaded": ["wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "debs/build/ (12 packages)",
-                                "images/docker.io_library_debian_bookworm-slim.tar"], "reused": []}
+                                "images/docker.io_library_debian_bookworm-slim.tar"], "reused": [],
+                 "pip_host_sources": ["find-links = /opt/wheels (PIP_FIND_LINKS)"]}
 BUILD_SAMPLE = {"schema": 1, "ok": True, "image": "envkit-test/cpu:offline", "id": "sha256:" + "ab" * 32, "size": 1234567890,
                 "seconds": 81.4, "network": "none", "stages": [{"name": "build", "seconds": 70.2}, {"name": "runtime", "seconds": 11.2}]}
 
@@ -509,6 +510,7 @@ def test_bundle_and_build_samples():
     strict(BUILD_SAMPLE, "build")
     refused({**BUNDLE_SAMPLE, "files": "14"}, "bundle", "files as a string")
     refused({k: v for k, v in BUNDLE_SAMPLE.items() if k != "reused"}, "bundle", "no reused")
+    refused({**BUNDLE_SAMPLE, "pip_host_sources": [""]}, "bundle", "an empty pip source line")
     refused({**BUILD_SAMPLE, "network": "wifi"}, "build", "a network outside none|bridge|host")
     refused({k: v for k, v in BUILD_SAMPLE.items() if k != "image"}, "build", "no image")
     refused({**BUILD_SAMPLE, "targets": []}, "build", "both shapes at once")

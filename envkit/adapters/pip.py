@@ -10,11 +10,39 @@ from typing import Callable, NamedTuple, Sequence
 from urllib.parse import unquote, urlsplit
 
 from envkit.errors import ExternalError
+from envkit.model.redact import redact
 
 HASH_MISMATCH = "DO NOT MATCH THE HASHES"
 _FROM = re.compile(r"^\s+(\S+) from (\S+?)(?:#\S*)?(?: \(from .*\))?:$")
 _EXPECTED = re.compile(r"^\s+Expected sha256 ([0-9a-f]{64})")
 _GOT = re.compile(r"^\s+Got\s+([0-9a-f]{64})")
+
+
+SOURCE_KEYS = ("index-url", "extra-index-url", "find-links", "no-index")
+_CONFIG_LINE = re.compile(r"^(?P<scope>:env:|[a-z]+)\.(?P<key>[a-z-]+)='(?P<value>.*)'$")
+
+
+def where_from(config_list: str) -> tuple[str, ...]:
+    """The settings of `pip config list` that add or replace where pip takes packages from (its index, extra indexes,
+    find-links directories), each as `key = value (where it is set)`, credentials in a URL redacted: what a bundle's
+    pip download reads on this host beside the indexes the plan names."""
+    out = []
+    for line in config_list.splitlines():
+        m = _CONFIG_LINE.match(line.strip())
+        if m is None or m["key"] not in SOURCE_KEYS:
+            continue
+        where = f"PIP_{m['key'].upper().replace('-', '_')}" if m["scope"] == ":env:" else f"pip.conf [{m['scope']}]"
+        out.append(f"{m['key']} = {redact(m['value'])} ({where})")
+    return tuple(out)
+
+
+def host_sources() -> tuple[str, ...]:
+    """where_from() of this host's pip (its configuration files and PIP_* variables); () when pip cannot say."""
+    try:
+        p = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return where_from(p.stdout) if p.returncode == 0 else ()
 
 
 class Mismatch(NamedTuple):

@@ -38,6 +38,7 @@ class BundleReport:
     files: int = 0
     bytes: int = 0
     complete_already: bool = False
+    pip_host_sources: list[str] = field(default_factory=list)  # where this host's pip looks beside the plan's indexes
 
 
 def _image_file(ref: str) -> str:
@@ -180,7 +181,7 @@ class Bundled:
     def to_json(self) -> dict[str, Any]:
         r = self.report
         return {"schema": 1, "ok": True, "out": self.out, "complete_already": r.complete_already, "files": r.files,
-                "bytes": r.bytes, "downloaded": r.downloaded, "reused": r.reused}
+                "bytes": r.bytes, "downloaded": r.downloaded, "reused": r.reused, "pip_host_sources": r.pip_host_sources}
 
 
 def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
@@ -231,6 +232,9 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
             say(f"carrying {len(found.foreign)} file(s) envkit did not write as they are (--force): {', '.join(found.foreign[:3])}")
     fetch_sources(g.plan, root, report, say, progress_factory)
     fetch_pypi_files(g.plan, root, report, say, progress_factory)
+    report.pip_host_sources = list(pip.host_sources())
+    for line in report.pip_host_sources:  # newcomer review 3, D14: said, never silently used
+        say(f"pip download also reads this host's {line}")
     if pinned.pinned:
         downloaded, reused = fetch_locked_wheels(g.plan, pinned, root, find_links, say)
         report.downloaded += downloaded

@@ -16,6 +16,7 @@ import pytest
 from envkit.app.generate import GeneratedEngine, generate
 from envkit.config import matrix_file
 from envkit.core.resolve import parse_query, resolve
+from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.solution import Result, Unsolved
 
@@ -134,3 +135,29 @@ def test_dropping_the_driver_never_loses_a_solution():
     for (engine, gpu, driver), r in ANSWERS.items():
         if r.ok and driver:
             assert ANSWERS[(engine, gpu, None)].ok, (engine, gpu, driver)
+
+
+PIP_GPUS = ONE_PER_ARCH + tuple(g.name for g in M.gpus if g.vendor != "nvidia")
+
+
+@pytest.mark.parametrize("engine", ("fastllm", "sglang", "paddle"))
+def test_generate_builds_exactly_what_resolve_answers_for_the_pip_engines(engine):
+    """The same property for the engines installed by pip on envkit's own stack: every GPU arch, AMD and Hygon GPUs, the CPU."""
+    both = 0
+    for flags in [{"engine": engine, "gpu": g} for g in PIP_GPUS] + [{"engine": engine, "platform": "cpu"}]:
+        r = answer(flags)
+        try:
+            g = generate(ResolveFlags.from_mapping(flags))
+        except InputError as e:  # a DTK image comes from the site's registry only: the one input generate needs beyond resolve's
+            assert r.ok and "no site file names one" in e.message, (flags, e.message)
+            continue
+        if r.ok:
+            assert not isinstance(g, Unsolved), (flags, [c.message for c in g.result.conflicts])
+            want, got = r.solution, g.result.solution  # generate may take the base image's own Python (same stack)
+            assert (got.platform, got.torch.version, got.engine, got.toolkit) == (want.platform, want.torch.version, want.engine, want.toolkit), flags
+            assert "Dockerfile" in g.files
+        else:
+            assert isinstance(g, Unsolved), flags
+            assert {c.rule for c in g.result.conflicts} == {c.rule for c in r.conflicts}, flags
+        both += r.ok
+    assert 0 < both, engine

@@ -91,9 +91,13 @@ def _candidates(m: Matrix, engine: str) -> list[_Candidate]:
             out.append(_Candidate(base, "backend", "ensemble", _carried_trtllm(m, b), b))
 
     def order(c: _Candidate) -> tuple[bool, Version, bool, tuple[int, int]]:
-        v = c.trtllm_version or Version("0")
-        return Version(v.base_version) in CARRIED_ENSEMBLES, v, c.build == "container", c.image.key
+        return _fills_ensemble(c), c.trtllm_version or Version("0"), c.build == "container", c.image.key
     return sorted(out, key=order, reverse=True)
+
+
+def _fills_ensemble(c: _Candidate) -> bool:
+    """envkit fills this candidate's TensorRT-LLM ensemble (0.19.0.post1 is 0.19.0's)."""
+    return Version((c.trtllm_version or Version("0")).base_version) in CARRIED_ENSEMBLES
 
 
 def _carried_trtllm(m: Matrix, b: TrtllmBackend) -> Version:
@@ -256,7 +260,7 @@ def _other_conflicts(q: Query, c: _Candidate) -> list[Conflict]:
 def _ensemble_conflicts(c: _Candidate) -> list[Conflict]:
     """generate fills the ensemble's model repository from tensorrtllm_backend's archive of a carried release only:
     any other is an answer generate would refuse."""
-    if c.workflow != "ensemble" or Version((c.trtllm_version or Version("0")).base_version) in CARRIED_ENSEMBLES:
+    if c.workflow != "ensemble" or _fills_ensemble(c):
         return []
     carried = ", ".join(str(v) for v in sorted(CARRIED_ENSEMBLES))
     return [Conflict("engine.ensemble", f"{c.label}: envkit fills the Triton ensemble model repository of TensorRT-LLM "

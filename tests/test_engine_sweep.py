@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -42,24 +43,33 @@ def answer(flags: dict) -> Result:
 
 
 SWEEP = [(e, g, d) for e in ENGINES for g in GPUS for d in DRIVERS]
-ANSWERS = {case: answer(query(*case)) for case in SWEEP}
-# pinned queries, where the fixes name the release that fits without the pin, or the releases envkit fills
-PINNED = {(e, g, d, ("trtllm", str(v))): answer(query(e, g, d, trtllm=str(v)))
-          for e in ("triton-trtllm", "trtllm") for v in sorted({r.version for r in M.trtllm}) for g in ONE_PER_ARCH
-          for d in (None, "535.104.05", "570.124.06")}
-PINNED |= {("triton-vllm", g, d, ("triton", t.release)): answer(query("triton-vllm", g, d, triton=t.release))
-           for t in M.triton if t.flavor == "vllm-python-py3" for g in ONE_PER_ARCH for d in (None, "535.104.05")}
+
+
+@functools.cache
+def answers() -> dict[tuple, Result]:
+    """Every answer of the sweep, computed once when a test first asks (not at collection: the fast tier skips them)."""
+    return {case: answer(query(*case)) for case in SWEEP}
+
+
+@functools.cache
+def pinned() -> dict[tuple, Result]:
+    """Pinned queries, where the fixes name the release that fits without the pin, or the releases envkit fills."""
+    out = {(e, g, d, ("trtllm", str(v))): answer(query(e, g, d, trtllm=str(v)))
+           for e in ("triton-trtllm", "trtllm") for v in sorted({r.version for r in M.trtllm}) for g in ONE_PER_ARCH
+           for d in (None, "535.104.05", "570.124.06")}
+    return out | {("triton-vllm", g, d, ("triton", t.release)): answer(query("triton-vllm", g, d, triton=t.release))
+                  for t in M.triton if t.flavor == "vllm-python-py3" for g in ONE_PER_ARCH for d in (None, "535.104.05")}
 
 
 def test_the_sweep_has_both_answers_for_every_engine():
     for engine in ENGINES:
-        got = [r.ok for (e, _, _), r in ANSWERS.items() if e == engine]
+        got = [r.ok for (e, _, _), r in answers().items() if e == engine]
         assert any(got) and not all(got), engine
 
 
 @pytest.mark.parametrize("engine, gpu, driver", [(e, g, d) for e in ENGINES for g in ONE_PER_ARCH for d in DRIVERS])
 def test_generate_builds_exactly_what_resolve_answers(engine, gpu, driver):
-    r = ANSWERS[(engine, gpu, driver)]
+    r = answers()[(engine, gpu, driver)]
     g = generate(ResolveFlags.from_mapping(query(engine, gpu, driver)))
     if r.ok:
         assert isinstance(g, GeneratedEngine), [c.message for c in g.result.conflicts]
@@ -70,7 +80,7 @@ def test_generate_builds_exactly_what_resolve_answers(engine, gpu, driver):
 
 
 def test_every_image_named_is_one_the_matrix_derives():
-    named = {r.engine.image for r in ANSWERS.values() if r.ok}
+    named = {r.engine.image for r in answers().values() if r.ok}
     assert named and named <= IMAGES, sorted(named - IMAGES)
 
 
@@ -102,7 +112,7 @@ def fed_back(asked: dict, fix: str) -> list[tuple[str, dict]]:
 
 def test_every_printed_fix_done_gives_a_solution_or_a_different_refusal():
     tried = {"fits": 0, "upgrade": 0, "carried": 0}
-    for case, r in [*ANSWERS.items(), *PINNED.items()]:
+    for case, r in [*answers().items(), *pinned().items()]:
         if r.ok:
             continue
         for c in r.conflicts:
@@ -120,21 +130,21 @@ def test_every_printed_fix_done_gives_a_solution_or_a_different_refusal():
 
 
 def test_a_conflict_always_carries_its_source_and_a_fix():
-    for case, r in [*ANSWERS.items(), *PINNED.items()]:
+    for case, r in [*answers().items(), *pinned().items()]:
         for c in r.conflicts:
             assert c.source and c.fix and c.rule.split(".")[0] in ("engine", "platform"), (case, c)
 
 
 def test_no_answer_is_forward_compatible_on_a_geforce_card():
-    for (engine, gpu, driver), r in ANSWERS.items():
+    for (engine, gpu, driver), r in answers().items():
         if r.ok and re.match(r"(GeForce )?(RTX|GTX|TITAN) ?\d", gpu) and driver:
             assert not any("forward-compatibility" in n for n in r.engine.notes), (engine, gpu, driver)
 
 
 def test_dropping_the_driver_never_loses_a_solution():
-    for (engine, gpu, driver), r in ANSWERS.items():
+    for (engine, gpu, driver), r in answers().items():
         if r.ok and driver:
-            assert ANSWERS[(engine, gpu, None)].ok, (engine, gpu, driver)
+            assert answers()[(engine, gpu, None)].ok, (engine, gpu, driver)
 
 
 PIP_GPUS = ONE_PER_ARCH + tuple(g.name for g in M.gpus if g.vendor != "nvidia")

@@ -151,7 +151,7 @@ def test_the_wheel_comes_through_the_sites_rewrite_of_nvidias_index():
     g = _generate("trtllm-serve-0.20-wheel-intranet")
     docker = g.files["Dockerfile"].decode()
     assert "FROM registry.corp.example:5000/nvidia/cuda:12.9.1-cudnn-runtime-ubuntu22.04" in docker
-    assert '"tensorrt_llm==0.20.0" --extra-index-url http://10.10.1.10/pypi-nvidia' in docker and "pypi.nvidia.com" not in docker
+    assert "RUN pip install --no-cache-dir --extra-index-url http://10.10.1.10/pypi-nvidia tensorrt_llm==0.20.0" in docker and "pypi.nvidia.com" not in docker
     assert "envkit/site/apply-site.sh" in g.files and "index-url = http://10.10.1.10/pypi/simple" in g.files["envkit/site/pip.conf"].decode()
 
 

@@ -530,6 +530,33 @@ def test_inspect_sample_from_a_generated_label_and_doctors_findings(tmp_path):
     refused({**doc, "findings": [{**doc["findings"][0], "severity": "error"}]}, "inspect", "ok with an error finding")
 
 
+@pytest.mark.parametrize("driver, gpus, rules", [
+    ("570.124.06", (("NVIDIA H100 80GB HBM3", "9.0"),), ["image.engine-ok"]),
+    ("535.104.05", (("NVIDIA H100 80GB HBM3", "9.0"),), ["image.engine-driver"]),
+    ("570.124.06", (("Tesla T4", "7.5"),), ["image.engine-arch"]),
+    (None, (), ["image.engine-no-gpu"]),
+])
+def test_inspect_of_a_container_engines_image_judges_its_label_on_the_host(driver, gpus, rules):
+    """A container engine's image carries io.envkit.solution like every image envkit writes (resolve's engine document);
+    inspect judges it against the host's driver and GPUs, and its document is valid."""
+    from envkit.core.judge_image import engine_image_findings
+    from envkit.model.host import GpuFact, Host
+
+    dockerfile = envkit("generate", "--gpu", "H100", "--engine", "triton-trtllm", "--driver", "570.124.06", "-o", "-").stdout
+    sol = _label(dockerfile)
+    assert sol["engine"] == "triton-trtllm" and sol["min_driver"] == "570.124.06"
+    host = Host(driver=driver, gpus=tuple(GpuFact(name, cc) for name, cc in gpus))
+    findings = engine_image_findings(sol, host)
+    assert [f.rule for f in findings] == rules
+    ok = all(f.severity == "info" for f in findings)
+    doc = {"schema": 1, "ok": ok, "image": "envkit/triton-trtllm:test",
+           "labels": {"org.opencontainers.image.title": "envkit triton-trtllm image"},
+           "solution": sol, "findings": [f.to_json() for f in findings]}
+    strict(doc, "inspect")
+    if rules == ["image.engine-driver"]:
+        assert ">= 570.124.06" in findings[0].fix and "--driver 535.104.05" in findings[0].fix
+
+
 def test_selftest_with_image_sample():
     """selftest --image adds gpus_passed, and a failed check when the engine could not pass the GPUs in."""
     doc = json.loads((ROOT / "docs" / "gpu" / "selftest-2026-11-30" / "quick.json").read_text())

@@ -18,7 +18,7 @@ from envkit.config.lockfile import LOCK_NAME
 from envkit.core.render import Templates
 from envkit.errors import InputError
 
-IN_IMAGE_SCRIPTS = ("selftest.py", "build_flash_attn.py", "apply-site.sh")
+IN_IMAGE_SCRIPTS = ("selftest.py", "build_flash_attn.py", "apply-site.sh", "fill_triton_repo.py")
 
 
 def templates_dir() -> Path:
@@ -33,12 +33,6 @@ def load_templates(root: Optional[Path] = None) -> Templates:
     fragments = {p.stem: p.read_text(encoding="utf-8") for p in sorted((root / "fragments").glob("*.Dockerfile"))}
     scripts = {name: (data.INIMAGE / name).read_bytes() for name in IN_IMAGE_SCRIPTS}
     return Templates(fragments, scripts)
-
-
-def load_engine_templates() -> bytes:
-    """The script a container engine's build fills its Triton model repository with (inimage/fill_triton_repo.py); the
-    repository itself comes from the backend's own archive at its commit, never from envkit's files."""
-    return (data.INIMAGE / "fill_triton_repo.py").read_bytes()
 
 
 GENERATED_LIST = "envkit/.generated"

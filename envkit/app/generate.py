@@ -6,14 +6,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from envkit.adapters.context_dir import load_engine_templates, load_templates, write_tree
+from envkit.adapters.context_dir import load_templates, write_tree
 from envkit.app.serving import Prepared, model_json, staged
 from envkit.config import matrix_file
 from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
 from envkit.core.planner import base_os, plan
-from envkit.core.render import render
-from envkit.core.render_engine import model_archive, render_engine
+from envkit.core.planner.engine import model_archive, plan_engine
+from envkit.core.render import render, render_engine
 from envkit.core.resolve import parse_query, resolve
 from envkit.core.resolve.engines import wheel_base
 from envkit.errors import InputError
@@ -156,10 +156,9 @@ def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, 
     archive = None if wheel is not None else model_archive(m, sol)
     carried = archive is not None and out is not None and (Path(out) / archive.path).is_file()
     command = _engine_command(flags, site, eopts, offline)
-    files = render_engine(sol, eopts, site, command, wheel,
-                          load_templates().scripts["apply-site.sh"] if wheel is not None and site.given else b"",
-                          archive=archive, carried=carried, offline=offline, where=out,
-                          fill_script=load_engine_templates() if archive is not None else b"")
+    templates = load_templates()
+    plan = plan_engine(sol, eopts, site, templates, wheel, archive=archive, carried=carried, offline=offline, where=out)
+    files = render_engine(plan, templates, command)
     if out is not None:
         write_tree(out, files, force)
     return GeneratedEngine(result, files, command, out)

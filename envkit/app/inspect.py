@@ -3,14 +3,16 @@ checks for that stack on this host's GPUs and driver."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from envkit.adapters.engine import ContainerEngine, Engine
 from envkit.config import matrix_file
 from envkit.config.userfile import parse_json
 from envkit.core.judge import healthy, judge
+from envkit.core.judge_image import engine_image_findings
 from envkit.errors import InputError
 from envkit.inimage import probe
+from envkit.model.engines import CONTAINER_ENGINES
 from envkit.model.host import Finding, Host
 from envkit.model.solution import SolutionRecord
 
@@ -18,10 +20,19 @@ SOLUTION_LABEL = "io.envkit.solution"
 
 
 @dataclass(frozen=True)
+class EngineLabel:
+    """A container engine's answer as its image's io.envkit.solution label carries it (resolve's `engine` document)."""
+    doc: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
+@dataclass(frozen=True)
 class Inspected:
     image: str
     labels: dict[str, str]
-    solution: SolutionRecord
+    solution: Union[SolutionRecord, EngineLabel]
     host: Host
     findings: tuple[Finding, ...]
 
@@ -50,7 +61,11 @@ def inspect(image: str, matrix_path: Optional[str] = None, engine: Optional[Cont
     if SOLUTION_LABEL not in labels:
         raise InputError(f"image {image} has no {SOLUTION_LABEL} label: envkit did not build it", "inspect an image envkit built")
     try:
-        sol = SolutionRecord.from_json(parse_json(labels[SOLUTION_LABEL], "label", SOLUTION_LABEL))
+        doc = parse_json(labels[SOLUTION_LABEL], "label", SOLUTION_LABEL)
+        if isinstance(doc, dict) and doc.get("engine") in CONTAINER_ENGINES and isinstance(doc.get("workflow"), str):
+            host = Host.from_json(probe.collect())
+            return Inspected(image, labels, EngineLabel(doc), host, tuple(engine_image_findings(doc, host)))
+        sol = SolutionRecord.from_json(doc)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise InputError(f"image {image}: its {SOLUTION_LABEL} label is not an envkit solution", "rebuild it with envkit build") from None
     m = matrix_file.load(matrix_path)

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from functools import singledispatch
 from string import Template
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from envkit import __version__
@@ -25,16 +25,22 @@ from envkit.model.plan import (
     AptStep,
     BuildPlan,
     CMakeStep,
+    CopyFilesStep,
+    CopyFromStageStep,
     CopyModelStep,
     CopyVenvStep,
     CopyWheelStep,
     CudaHomeStep,
+    EnginePlan,
     EnvStep,
+    FillModelRepoStep,
+    ImageLabelsStep,
     ImportCheckStep,
     KernelsStep,
     LabelsStep,
     PipStep,
     PythonTarballStep,
+    ServerStep,
     ServeStep,
     SiteSettingsStep,
     Step,
@@ -118,7 +124,7 @@ def pip_conf(s: Site, offline: bool) -> bytes | None:
 class _Rendering:
     """What a step's text may need beyond its payload."""
 
-    plan: BuildPlan
+    plan: Union[BuildPlan, EnginePlan]
     templates: Templates
     lock_sha256: str
     first_kernels_step: Optional[str]  # the step that copies the sdist and the build script in
@@ -197,6 +203,7 @@ def _copy_wheel(payload: CopyWheelStep, step: Step, r: _Rendering) -> str:
 def _kernels(payload: KernelsStep, step: Step, r: _Rendering) -> str:
     prelude = ""
     if step.id == r.first_kernels_step:
+        assert isinstance(r.plan, BuildPlan)
         o = r.plan.options
         prelude = (f"COPY sources/{payload.sdist} /opt/envkit/sources/\n"
                    "COPY envkit/build_flash_attn.py /opt/envkit/\n"
@@ -244,6 +251,7 @@ def _import_check(payload: ImportCheckStep, step: Step, r: _Rendering) -> str:
 @_payload_text.register
 def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     plan = r.plan
+    assert isinstance(plan, BuildPlan)
     sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
     return r.fragment("labels", title=f"envkit {plan.solution.platform} image", stack=label_value(plan.stack),
                       envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=label_value(sol_json),
@@ -264,20 +272,73 @@ def _serve(payload: ServeStep, step: Step, r: _Rendering) -> str:
                       argv=json.dumps(list(payload.argv)))
 
 
+@_payload_text.register
+def _fill_model_repo(payload: FillModelRepoStep, step: Step, r: _Rendering) -> str:
+    if payload.archive is not None:
+        source = f"--archive /tmp/envkit/{payload.archive.rpartition('/')[2]}"
+    else:
+        assert payload.fetch is not None
+        source = f"--fetch {shlex.quote(payload.fetch)}" + (" --cafile /tmp/envkit/ca.crt" if payload.cafile else "")
+    return r.fragment("model-repo", archive=f"{payload.archive} " if payload.archive else "",
+                      cafile="envkit/site/ca.crt " if payload.cafile else "", source=source, out=payload.out)
+
+
+@_payload_text.register
+def _copy_stage(payload: CopyFromStageStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("copy-stage", stage=payload.stage, path=payload.path)
+
+
+@_payload_text.register
+def _copy_files(payload: CopyFilesStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("copy-files", files=" ".join(payload.files), dest=payload.dest)
+
+
+@_payload_text.register
+def _image_labels(payload: ImageLabelsStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("image-labels", labels=" \\\n      ".join(f'{key}="{label_value(value)}"' for key, value in payload.labels))
+
+
+@_payload_text.register
+def _server(payload: ServerStep, step: Step, r: _Rendering) -> str:
+    return r.fragment("server", ports=" ".join(str(p) for p in payload.ports), argv=json.dumps(list(payload.argv)))
+
+
+def _stages_text(stages: Sequence[tuple[str, str, str, tuple[Step, ...]]], rendering: _Rendering) -> str:
+    """Every stage (name, FROM image, why, steps): its FROM, then each step under its `# [id] title: why` line."""
+    out = []
+    for name, image, why, steps in stages:
+        out.append(_t(rendering.templates, "from", stage=name, image=image, why=why))
+        for step in steps:
+            out.append(f"\n# [{step.id}] {step.title}: {step.why}\n")
+            out.append(_payload_text(step.payload, step, rendering))
+    return "".join(out)
+
+
 def dockerfile(plan: BuildPlan, templates: Templates, command: str, lock_sha256: str, pinned: tuple[str, ...] = ()) -> str:
     first_kernels = next((st.id for s in plan.stages for st in s.steps if isinstance(st.payload, KernelsStep)), None)
     rendering = _Rendering(plan, templates, lock_sha256, first_kernels, pinned)
-    out = [_t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)]
-    for stage in plan.stages:
-        image = f"--platform=linux/arm64 {stage.image}" if plan.solution.machine == "aarch64" else stage.image
-        out.append(_t(templates, "from", stage=stage.name, image=image, why=STAGE_WHY[stage.name]))
-        for step in stage.steps:
-            out.append(f"\n# [{step.id}] {step.title}: {step.why}\n")
-            out.append(_payload_text(step.payload, step, rendering))
-    text = "".join(out)
+    arm = plan.solution.machine == "aarch64"
+    stages = [(s.name, f"--platform=linux/arm64 {s.image}" if arm else s.image, STAGE_WHY[s.name], s.steps) for s in plan.stages]
+    text = _t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack) + _stages_text(stages, rendering)
     if plan.options.offline:
         check_offline(text)
     return text
+
+
+ENGINE_PLAN = "envkit/engine.plan.json"
+
+
+def render_engine(plan: EnginePlan, templates: Templates, command: str) -> dict[str, bytes]:
+    """Every file of a container engine's context, by relative path: the Dockerfile from the plan's stages (the same
+    fragments, offline check and step lines as every plan's), the plan, and the files it names."""
+    rendering = _Rendering(plan, templates, "", None)
+    header = _t(templates, "header", envkit_version=__version__, command=command, stack=plan.stack)
+    header += "".join(f"# {note}\n" for note in plan.notes)
+    text = header + _stages_text([(s.name, s.image, s.why, s.steps) for s in plan.stages], rendering)
+    if plan.offline:
+        check_offline(text)
+    files = {"Dockerfile": text.encode(), ENGINE_PLAN: json_bytes(plan.to_json()), **dict(plan.files)}
+    return dict(sorted(files.items()))
 
 
 def check_offline(text: str) -> None:

@@ -9,7 +9,7 @@ From triton-inference-server/server:
 - `build.py` TRITON_VERSION_MAP at every v2.N.0 tag: the server version of each container release (YY.MM).
 From triton-inference-server/tensorrtllm_backend, at every vX.Y.Z tag:
 - the tag's commit (`[[trtllm_backend]] commit`: generate's build takes the model repository from GitHub's archive
-  of it, envkit/core/render_engine.py);
+  of it, envkit/core/planner/engine.py);
 - `dockerfile/Dockerfile.trt_llm_backend`'s BASE_IMAGE:BASE_TAG (the Triton image the backend is built on) and the
   commit of its `tensorrt_llm` submodule; whether `all_models/inflight_batcher_llm` (the ensemble) is in the tag.
 """

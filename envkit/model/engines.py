@@ -244,7 +244,7 @@ ENGINE_OPTIONS = ("--tp", "--max-batch-size", "--from-wheel")
 """generate's options that lay out a container engine's server; a pip stack refuses them."""
 USED_BY = {"ensemble": ("--tp", "--max-batch-size"), "trtllm-serve": ("--tp", "--max-batch-size", "--from-wheel"),
            "fastertransformer": ("--tp",), "vllm": ()}
-"""Which of them each workflow's files use (render_engine): the ensemble's mpirun ranks, trtllm-build and config.pbtxt;
+"""Which of them each workflow's files use (core/planner/engine.py): the ensemble's mpirun ranks, trtllm-build and config.pbtxt;
 trtllm-serve's --tp_size and --max_batch_size (and its wheel); FasterTransformer's tensor_para_size (its config.pbtxt
 keeps its own max_batch_size); Triton's vLLM backend none (its CMD is tritonserver on the model repository the user
 brings, whose model.json sets tensor_parallel_size and max_num_seqs)."""

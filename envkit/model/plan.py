@@ -196,9 +196,51 @@ class ServeStep:
     argv: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class FillModelRepoStep:
+    """A container engine's Triton model repository: the backend's archive (COPYed from the context's `archive`, or
+    fetched from `fetch`) unpacked and filled by envkit/fill_triton_repo.py into `out`."""
+
+    out: str
+    archive: Optional[str] = None  # the carried archive's path in the context
+    fetch: Optional[str] = None  # else the URL the fill stage fetches it from (GitHub's, or the site's rewrite of it)
+    cafile: bool = False  # the site's CA certificate, for an https mirror
+
+
+@dataclass(frozen=True)
+class CopyFromStageStep:
+    """A directory of an earlier stage, copied as it is."""
+
+    stage: str
+    path: str
+
+
+@dataclass(frozen=True)
+class CopyFilesStep:
+    """Files of the context, copied into `dest`."""
+
+    files: tuple[str, ...]
+    dest: str
+
+
+@dataclass(frozen=True)
+class ImageLabelsStep:
+    """A container engine's labels: the OCI ones and envkit's answer (io.envkit.solution), in the order given."""
+
+    labels: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ServerStep:
+    """The ports the server listens on and its command."""
+
+    ports: tuple[int, ...]
+    argv: tuple[str, ...]
+
+
 StepPayload = Union[SiteSettingsStep, AptStep, PythonTarballStep, VenvStep, PipStep, CopyWheelStep,
                     KernelsStep, CMakeStep, CudaHomeStep, UninstallStep, EnvStep, CopyVenvStep, ImportCheckStep, LabelsStep,
-                    CopyModelStep, ServeStep]
+                    CopyModelStep, ServeStep, FillModelRepoStep, CopyFromStageStep, CopyFilesStep, ImageLabelsStep, ServerStep]
 
 
 @dataclass(frozen=True)
@@ -378,3 +420,44 @@ class BuildPlan:
         """Read an envkit.plan.json document back. The document does not hold the solution or the step
         payloads, so what comes back is its typed record, whose to_json() gives the document again."""
         return PlanDocument.from_json(doc)
+
+
+ENGINE_PLAN_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class EngineStage:
+    """A stage of a container engine's Dockerfile: NVIDIA's image (or the backend image built on it), and why."""
+
+    name: str
+    image: str
+    why: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """A container engine's build plan: the stages the renderer writes like any other plan's, what the context carries,
+    and the files beside the Dockerfile (scripts, fill values) as their text. `to_json()` is envkit/engine.plan.json."""
+
+    engine: str
+    workflow: str
+    stack: str
+    offline: bool
+    site: Site
+    notes: tuple[str, ...]  # header lines after the stack's (the legacy profile, the backend image's recipe)
+    stages: tuple[EngineStage, ...]
+    carried: tuple[Carried, ...]
+    files: tuple[tuple[str, bytes], ...]
+
+    @property
+    def options(self) -> Options:
+        return Options(offline=self.offline)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": ENGINE_PLAN_SCHEMA, "engine": self.engine, "workflow": self.workflow, "offline": self.offline,
+                "stack": self.stack,
+                "stages": [{"name": s.name, "image": s.image, "why": s.why,
+                            "steps": [{"id": st.id, "title": st.title, "why": st.why, "network": st.network.value,
+                                       "reaches": list(st.reaches)} for st in s.steps]} for s in self.stages],
+                "carried": [{"path": c.path, "what": c.what, "origin": c.origin} for c in self.carried]}

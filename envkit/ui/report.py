@@ -423,6 +423,14 @@ def print_inspect(image: str, labels: dict, sol: dict, console: Optional[Console
     if labels.get("io.envkit.model.name"):
         _row(t, "served model", f"{labels['io.envkit.model.name']} ({labels.get('io.envkit.model.source', '')}; tree sha256 "
              f"{labels.get('io.envkit.model.sha256', '')})")
+    if sol.get("workflow"):  # a container engine's answer (resolve's `engine` document)
+        _row(t, "engine", f"{sol['engine']} ({sol['workflow']}, {sol['build']})")
+        _row(t, "container", sol["image"])
+        if sol.get("gpu"):
+            _row(t, "target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")
+        _row(t, "driver", f">= {sol['min_driver']}" if sol.get("min_driver") else "-")
+        c.print(t)
+        return
     _row(t, "platform", sol.get("platform", ""))
     if sol.get("gpu"):
         _row(t, "target GPU", f"{sol['gpu']['name']} ({sol['gpu']['arch']})")

@@ -1,6 +1,7 @@
-"""The build context of a container engine (pure): a Dockerfile FROM the container the resolver chose (through the
-site's registry), the Triton model repository the build fills, and the scripts that run where only the target GPU
-can do the work (building the TensorRT engines) or where the upstream recipe builds a backend image.
+"""The plan of a container engine (pure): stages of typed steps FROM the container the resolver chose (through the
+site's registry), written by the one renderer (core/render.py) like every other plan; the Triton model repository the
+build fills, and the scripts that run where only the target GPU can do the work (building the TensorRT engines) or
+where the upstream recipe builds a backend image.
 
 The model repository is the backend's own (tensorrtllm_backend's all_models/inflight_batcher_llm, or
 fastertransformer_backend's all_models/bloom), taken at build time from GitHub's archive of the commit the matrix's
@@ -19,10 +20,26 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from envkit import __version__
-from envkit.core.render import json_bytes, label_value, pip_conf, site_env
+from envkit.core.render import Templates, json_bytes, pip_conf, site_env
 from envkit.errors import InputError
 from envkit.model.engines import CARRIED_ENSEMBLES, NVIDIA_INDEX, BackendArchive, EngineOptions, EngineSolution, EngineStep, WheelBase
 from envkit.model.matrix import Matrix
+from envkit.model.plan import (
+    AptStep,
+    Carried,
+    CopyFilesStep,
+    CopyFromStageStep,
+    EnginePlan,
+    EngineStage,
+    EnvStep,
+    FillModelRepoStep,
+    ImageLabelsStep,
+    Network,
+    PipStep,
+    ServerStep,
+    SiteSettingsStep,
+    Step,
+)
 from envkit.model.site import Site
 
 MODEL_REPO = "/opt/envkit/model_repo"
@@ -44,9 +61,7 @@ FT_LEFT_OUT = (("fastertransformer/1/config.ini", "bloom-560m's config: the conv
                 "carries its own"),)
 FILL_SCRIPT = "envkit/fill_triton_repo.py"  # inimage/fill_triton_repo.py, copied into the context
 FILL_VALUES = "envkit/fill_triton_repo.json"
-ENGINE_PLAN = "envkit/engine.plan.json"
 FILL_STAGE = "model-repo"
-FILL_DIR = "/tmp/envkit"  # the fill stage's work directory (the final stage takes only the filled repository)
 
 
 def model_archive(m: Matrix, sol: EngineSolution) -> Optional[BackendArchive]:
@@ -158,38 +173,6 @@ def model_repo(archive: BackendArchive, site: Site, *, carried: bool, offline: b
     return ModelRepo(a, False, url, EngineStep(FILL_STAGE, title, why, network, (url,)), cafile)
 
 
-def engine_plan(sol: EngineSolution, repo: ModelRepo, offline: bool) -> dict[str, Any]:
-    """envkit/engine.plan.json: the steps of the Dockerfile that the plan names (what each reaches) and what the
-    context carries."""
-    a = repo.archive
-    return {"schema": 1, "engine": sol.engine, "workflow": sol.workflow, "offline": offline,
-            "steps": [repo.step.to_json()],
-            "carried": [{"path": a.path, "what": a.what, "origin": a.origin}] if repo.carried else []}
-
-
-def _fill_stage(base: str, repo: ModelRepo) -> list[str]:
-    """The Dockerfile's first stage: the archive unpacked and filled; the final stage COPYs only the filled tree."""
-    a = repo.archive
-    lines = [f"# The model repository: {a.what}, {a.root} of GitHub's archive,",
-             f"# filled by {FILL_SCRIPT} from {FILL_VALUES}."]
-    if not repo.carried:
-        lines += ["# Not carried, so fetched here. For a build that reaches no network, put", f"#   {a.origin}",
-                  f"# at {a.path} in this context and generate again (--offline then holds)."]
-    lines.append(f"FROM {base} AS {FILL_STAGE}")
-    run = ["python3", f"{FILL_DIR}/fill_triton_repo.py", f"{FILL_DIR}/fill_triton_repo.json"]
-    if repo.carried:
-        lines.append(f"COPY {a.path} {FILL_SCRIPT} {FILL_VALUES} {FILL_DIR}/")
-        run += ["--archive", f"{FILL_DIR}/{a.name}"]
-    else:
-        assert repo.url is not None
-        copied = [FILL_SCRIPT, FILL_VALUES] + (["envkit/site/ca.crt"] if repo.cafile else [])
-        lines.append(f"COPY {' '.join(copied)} {FILL_DIR}/")
-        run += ["--fetch", repo.url] + (["--cafile", f"{FILL_DIR}/ca.crt"] if repo.cafile else [])
-    run += ["--out", MODEL_REPO]
-    lines.append("RUN " + " ".join(shlex.quote(p) for p in run))
-    return lines
-
-
 def _launch(opts: EngineOptions) -> list[str]:
     """tensorrtllm_backend's scripts/launch_triton_server.py, written out: one tritonserver per rank under mpirun;
     ranks after the first load only the tensorrt_llm model."""
@@ -213,17 +196,6 @@ def server_command(sol: EngineSolution, opts: EngineOptions) -> list[str]:
                 "--max_batch_size", str(opts.max_batch_size)]
     return ["tritonserver", f"--model-repository={MODEL_REPO}", f"--http-port={PORTS[0]}", f"--grpc-port={PORTS[1]}",
             f"--metrics-port={PORTS[2]}"]
-
-
-def _labels(sol: EngineSolution, description: str, base: str) -> str:
-    """The image's LABEL instruction: OCI labels and the answer (io.envkit.engine)."""
-    solution = json.dumps(sol.flat(), sort_keys=True, separators=(",", ":"))
-    return "LABEL " + " \\\n      ".join([
-        f'org.opencontainers.image.title="envkit {sol.engine} image"',
-        f'org.opencontainers.image.description="{label_value(description)}"',
-        f'org.opencontainers.image.vendor="envkit {__version__}"',
-        f'org.opencontainers.image.base.name="{label_value(base)}"',
-        f'io.envkit.engine="{label_value(solution)}"'])
 
 
 def stack_line(sol: EngineSolution) -> str:
@@ -291,31 +263,60 @@ def build_engine_script(sol: EngineSolution, opts: EngineOptions) -> Optional[st
             f"trtllm-build --checkpoint_dir {CHECKPOINT_DIR} --output_dir {ENGINE_DIR} --max_batch_size {opts.max_batch_size}\n")
 
 
-def dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: str, repo: Optional[ModelRepo] = None) -> str:
+def _solution_label(sol: EngineSolution) -> str:
+    """resolve's answer (its `engine` document), as a pip stack's label carries its solution."""
+    return json.dumps(sol.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+def _labels_step(sol: EngineSolution, description: str, base: str) -> Step:
+    """OCI labels and the answer: io.envkit.solution, the label every envkit image carries (envkit inspect reads it)."""
+    labels = (("org.opencontainers.image.title", f"envkit {sol.engine} image"),
+              ("org.opencontainers.image.description", description),
+              ("org.opencontainers.image.vendor", f"envkit {__version__}"),
+              ("org.opencontainers.image.base.name", base),
+              ("io.envkit.solution", _solution_label(sol)))
+    return Step("labels", "labels", "OCI labels and the resolved answer (envkit inspect reads io.envkit.solution)",
+                ImageLabelsStep(labels))
+
+
+def _server_step(sol: EngineSolution, opts: EngineOptions) -> Step:
+    ports = PORTS if sol.workflow != "trtllm-serve" else PORTS[:1]
+    return Step("server", "the server", "the ports it listens on and its command", ServerStep(ports, tuple(server_command(sol, opts))))
+
+
+def _fill_step(repo: ModelRepo) -> Step:
+    a, s = repo.archive, repo.step
+    if repo.carried:
+        payload = FillModelRepoStep(MODEL_REPO, archive=a.path)
+    else:
+        payload = FillModelRepoStep(MODEL_REPO, fetch=repo.url, cafile=repo.cafile)
+    return Step(s.id, s.title, s.why, payload, Network(s.network), s.reaches)
+
+
+def _container_stages(sol: EngineSolution, opts: EngineOptions, site: Site, repo: Optional[ModelRepo]) -> tuple[EngineStage, ...]:
     base = backend_image(sol) or site.image(sol.image)
-    lines = [f"# Generated by envkit {__version__}. Do not edit: regenerate with",
-             f"#   {command}",
-             f"# Stack: {stack_line(sol)}"]
-    if sol.legacy:
-        lines.append("# LEGACY: FasterTransformer is archived (2023-10-19); envkit resolve names its successor.")
-    if sol.build == "backend":
-        lines.append("# FROM: the image envkit/build-backend.sh builds by the backend's own recipe on " + site.image(sol.image))
+    stages = []
     if repo is not None:
-        lines += [""] + _fill_stage(base, repo)
-    lines += ["", f"FROM {base}"]
+        why = "the backend's model repository, unpacked and filled; the runtime stage takes only the filled tree"
+        stages.append(EngineStage(FILL_STAGE, base, why, (_fill_step(repo),)))
+    steps = []
     if repo is not None:
-        lines.append(f"COPY --from={FILL_STAGE} {MODEL_REPO}/ {MODEL_REPO}/")
-    scripts = ["envkit/solution.json"] + (["envkit/build-engine.sh"] if sol.workflow == "ensemble" else [])
-    lines.append(f"COPY {' '.join(scripts)} /opt/envkit/")
-    lines.append(_labels(sol, stack_line(sol), site.image(sol.image)))
+        steps.append(Step("copy-model-repo", "the filled model repository", f"from stage {FILL_STAGE}",
+                          CopyFromStageStep(FILL_STAGE, MODEL_REPO)))
+    scripts = ("envkit/solution.json",) + (("envkit/build-engine.sh",) if sol.workflow == "ensemble" else ())
+    steps.append(Step("envkit-files", "envkit's files", "the answer" + (" and the engine build script" if len(scripts) > 1 else ""),
+                      CopyFilesStep(scripts, "/opt/envkit/")))
+    steps.append(_labels_step(sol, stack_line(sol), site.image(sol.image)))
     if sol.workflow == "fastertransformer":
-        lines.append(f"ENV CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(opts.tp))}")
-    lines.append("EXPOSE " + " ".join(str(p) for p in (PORTS if sol.workflow != "trtllm-serve" else PORTS[:1])))
-    lines.append("CMD " + json.dumps(server_command(sol, opts)))
-    return "\n".join(lines) + "\n"
+        steps.append(Step("gpus", "the GPUs", f"the {opts.tp} rank(s) of tensor_para_size",
+                          EnvStep((("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(opts.tp))),))))
+    steps.append(_server_step(sol, opts))
+    why = "NVIDIA's container as it is" if sol.build != "backend" else "the backend image build-backend.sh makes"
+    stages.append(EngineStage("runtime", base, why + ", with envkit's files, labels and the server's command", tuple(steps)))
+    return tuple(stages)
 
 
-def _wheel_dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, command: str, base: WheelBase) -> tuple[str, dict[str, bytes]]:
+def _wheel_stages(sol: EngineSolution, opts: EngineOptions, site: Site, base: WheelBase) -> tuple[EngineStage, ...]:
     """trtllm-serve from TensorRT-LLM's wheel on NVIDIA's CUDA runtime image: apt (libopenmpi-dev, as the install guide
     says) and pip through the site's mirrors, the wheel from NVIDIA's index or the site's rewrite of it."""
     r = sol.trtllm
@@ -324,51 +325,64 @@ def _wheel_dockerfile(sol: EngineSolution, opts: EngineOptions, site: Site, comm
     if index is None:
         raise InputError(f"the site file {site.path} has no [rewrite] for {NVIDIA_INDEX}, where TensorRT-LLM's wheels are",
                          f'add "{NVIDIA_INDEX}" = "http://YOUR-MIRROR/pypi-nvidia" under [rewrite], or drop --from-wheel')
-    files: dict[str, bytes] = {}
-    lines = [f"# Generated by envkit {__version__}. Do not edit: regenerate with", f"#   {command}",
-             f"# Stack: {sol.engine}, TensorRT-LLM {r.version} wheel on CUDA {base.cuda} (Python {base.python})", "",
-             f"FROM {site.image(base.image)}", 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]']
+    network = Network.SITE if site.given else Network.INTERNET
+    steps = []
     if site.given:
-        files["envkit/site/site.env"] = site_env(site, False)
-        conf = pip_conf(site, False)
-        if conf:
-            files["envkit/site/pip.conf"] = conf
-        if site.ca_cert:
-            files["envkit/site/ca.crt"] = site.ca_cert
-        lines += ["COPY envkit/site/ /opt/envkit/site/", "RUN sh /opt/envkit/site/apply-site.sh"]
-    lines += ["RUN apt-get update \\\n    && apt-get install -y --no-install-recommends python3-pip libopenmpi-dev \\\n"
-              "    && rm -rf /var/lib/apt/lists/*",
-              f"RUN python3 -m pip install --no-cache-dir \"tensorrt_llm=={r.version}\" --extra-index-url {index}",
-              "COPY envkit/solution.json /opt/envkit/"]
-    lines.append(_labels(sol, f"TensorRT-LLM {r.version} (wheel), CUDA {base.cuda}", site.image(base.image)))
-    lines += [f"EXPOSE {PORTS[0]}", "CMD " + json.dumps(server_command(sol, opts))]
-    return "\n".join(lines) + "\n", files
+        steps.append(Step("site", "site settings", "the site's mirrors and CA certificate", SiteSettingsStep("runtime")))
+    steps.append(Step("apt", "Python's pip and MPI", "libopenmpi-dev, as TensorRT-LLM's install guide says",
+                      AptStep("runtime", ("python3-pip", "libopenmpi-dev")), network))
+    steps.append(Step("trtllm", f"TensorRT-LLM {r.version}", "its wheel, from NVIDIA's index" + (" (the site's rewrite of it)" if site.given else ""),
+                      PipStep((f"tensorrt_llm=={r.version}",), extra_index_url=index), network, (index,)))
+    steps.append(Step("envkit-files", "envkit's files", "the answer", CopyFilesStep(("envkit/solution.json",), "/opt/envkit/")))
+    steps.append(_labels_step(sol, f"TensorRT-LLM {r.version} (wheel), CUDA {base.cuda}", site.image(base.image)))
+    steps.append(_server_step(sol, opts))
+    why = f"NVIDIA's CUDA {base.cuda} runtime image, its Python {base.python} with TensorRT-LLM's wheel"
+    return (EngineStage("runtime", site.image(base.image), why, tuple(steps)),)
 
 
-def render_engine(sol: EngineSolution, opts: EngineOptions, site: Site, command: str, wheel: Optional[WheelBase] = None,
-                  apply_site: bytes = b"", *, archive: Optional[BackendArchive] = None, carried: bool = False,
-                  offline: bool = False, where: Optional[str] = None, fill_script: bytes = b"") -> dict[str, bytes]:
-    """Every file of the context, by relative path. `wheel`: the CUDA image of --from-wheel, with `apply_site`
-    (inimage/apply-site.sh) for a site's mirrors. `archive` (model_archive's): the backend archive whose model
-    repository the build fills with `fill_script` (inimage/fill_triton_repo.py); `carried`: the context directory
-    `where` holds it in sources/; `offline`: refuse a build that would fetch it."""
+def _notes(sol: EngineSolution, site: Site) -> tuple[str, ...]:
+    notes = []
+    if sol.legacy:
+        notes.append("LEGACY: FasterTransformer is archived (2023-10-19); envkit resolve names its successor.")
+    if sol.build == "backend":
+        notes.append("FROM: the image envkit/build-backend.sh builds by the backend's own recipe on " + site.image(sol.image))
+    return tuple(notes)
+
+
+def plan_engine(sol: EngineSolution, opts: EngineOptions, site: Site, templates: Templates, wheel: Optional[WheelBase] = None, *,
+                archive: Optional[BackendArchive] = None, carried: bool = False, offline: bool = False,
+                where: Optional[str] = None) -> EnginePlan:
+    """The plan of a container engine's context. `wheel`: the CUDA image of --from-wheel. `archive` (model_archive's):
+    the backend archive whose model repository the build fills; `carried`: the context directory `where` holds it in
+    sources/; `offline`: refuse a build that would fetch it. `templates`: the scripts the context carries
+    (apply-site.sh, fill_triton_repo.py)."""
     opts.check()
-    solution_json = json.dumps(sol.to_json(), indent=2, sort_keys=True) + "\n"
+    files: dict[str, bytes] = {"envkit/solution.json": (json.dumps(sol.to_json(), indent=2, sort_keys=True) + "\n").encode()}
+    repo = None
     if wheel is not None:
-        text, extra = _wheel_dockerfile(sol, opts, site, command, wheel)
+        stages = _wheel_stages(sol, opts, site, wheel)
+        stack = f"{sol.engine}, TensorRT-LLM {sol.trtllm.version if sol.trtllm else ''} wheel on CUDA {wheel.cuda} (Python {wheel.python})"
         if site.given:
-            extra["envkit/site/apply-site.sh"] = apply_site
-        return dict(sorted({"Dockerfile": text.encode(), "envkit/solution.json": solution_json.encode(), **extra}.items()))
-    repo = None if archive is None else model_repo(archive, site, carried=carried, offline=offline, where=where)
-    files: dict[str, bytes] = {"Dockerfile": dockerfile(sol, opts, site, command, repo).encode(),
-                               "envkit/solution.json": solution_json.encode()}
-    if repo is not None:
-        files[FILL_SCRIPT] = fill_script
-        files[FILL_VALUES] = json_bytes(fill_values(sol, opts, repo.archive))
-        files[ENGINE_PLAN] = json_bytes(engine_plan(sol, repo, offline))
-        if repo.cafile and site.ca_cert:
-            files["envkit/site/ca.crt"] = site.ca_cert
+            files["envkit/site/apply-site.sh"] = templates.scripts["apply-site.sh"]
+            files["envkit/site/site.env"] = site_env(site, False)
+            conf = pip_conf(site, False)
+            if conf:
+                files["envkit/site/pip.conf"] = conf
+            if site.ca_cert:
+                files["envkit/site/ca.crt"] = site.ca_cert
+    else:
+        repo = None if archive is None else model_repo(archive, site, carried=carried, offline=offline, where=where)
+        stages = _container_stages(sol, opts, site, repo)
+        stack = stack_line(sol)
+        if repo is not None:
+            files[FILL_SCRIPT] = templates.scripts["fill_triton_repo.py"]
+            files[FILL_VALUES] = json_bytes(fill_values(sol, opts, repo.archive))
+            if repo.cafile and site.ca_cert:
+                files["envkit/site/ca.crt"] = site.ca_cert
     for name, script in (("envkit/build-backend.sh", build_backend_script(sol, site)), ("envkit/build-engine.sh", build_engine_script(sol, opts))):
         if script is not None:
             files[name] = script.encode()
-    return dict(sorted(files.items()))
+    a = None if repo is None else repo.archive
+    carried_files = (Carried(a.path, a.what, a.origin),) if repo is not None and repo.carried and a is not None else ()
+    return EnginePlan(sol.engine, sol.workflow, stack, offline, site, _notes(sol, site), stages, carried_files,
+                      tuple(sorted(files.items())))

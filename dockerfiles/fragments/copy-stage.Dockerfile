@@ -1,0 +1,1 @@
+COPY --from=${stage} ${path}/ ${path}/

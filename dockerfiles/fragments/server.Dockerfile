@@ -1,0 +1,2 @@
+EXPOSE ${ports}
+CMD ${argv}

@@ -530,6 +530,23 @@ def test_inspect_sample_from_a_generated_label_and_doctors_findings(tmp_path):
     refused({**doc, "findings": [{**doc["findings"][0], "severity": "error"}]}, "inspect", "ok with an error finding")
 
 
+@pytest.mark.parametrize("args", [
+    ("--gpu", "H100", "--engine", "triton-trtllm", "--driver", "570.124.06"),
+    ("--gpu", "H200", "--engine", "trtllm"),
+    ("--gpu", "V100", "--engine", "fastertransformer", "--tp", "2"),
+    ("--gpu", "H100", "--engine", "trtllm", "--trtllm", "0.20", "--from-wheel"),
+    ("--gpu", "H100", "--engine", "triton-vllm"),
+])
+def test_generate_json_of_a_container_engine_and_its_plan(args, tmp_path):
+    """generate --json of a container engine: its answer, its plan (every stage and step with its network) and the
+    files, the plan equal to the envkit/engine.plan.json it wrote."""
+    out = tmp_path / "ctx"
+    doc = strict(envkit_json("generate", *args, "-o", str(out), "--json"), "generate")
+    assert doc["plan"] == json.loads((out / "envkit" / "engine.plan.json").read_text())
+    assert doc["plan"]["stages"][-1]["name"] == "runtime" and "envkit/engine.plan.json" in doc["files"]
+    refused({**doc, "plan": {**doc["plan"], "stages": []}}, "generate", "a plan without stages")
+
+
 @pytest.mark.parametrize("driver, gpus, rules", [
     ("570.124.06", (("NVIDIA H100 80GB HBM3", "9.0"),), ["image.engine-ok"]),
     ("535.104.05", (("NVIDIA H100 80GB HBM3", "9.0"),), ["image.engine-driver"]),

@@ -21,7 +21,7 @@ from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
-from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, Options
+from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, EnginePlan, Options
 from envkit.model.site import Site
 from envkit.model.solution import Result, Unsolved, same_flash_attn
 
@@ -86,14 +86,15 @@ class GeneratedEngine:
     """A container engine's context: the Dockerfile FROM the chosen container (its fill stage takes the Triton model
     repository from the backend's archive), the fill values, the plan and scripts."""
     result: Result
+    plan: EnginePlan
     files: dict[str, bytes]
     command: str
     out: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
         assert self.result.engine is not None
-        return {"schema": 1, "engine": self.result.engine.to_json(), "warnings": list(self.result.warnings),
-                "command": self.command, "out": self.out, "files": sorted(self.files)}
+        return {"schema": 1, "engine": self.result.engine.to_json(), "plan": self.plan.to_json(),
+                "warnings": list(self.result.warnings), "command": self.command, "out": self.out, "files": sorted(self.files)}
 
 
 def _engine_command(flags: ResolveFlags, site: Site, eopts: EngineOptions, offline: bool = False) -> str:
@@ -161,7 +162,7 @@ def generate_engine(m: Matrix, result: Result, flags: ResolveFlags, site: Site, 
     files = render_engine(plan, templates, command)
     if out is not None:
         write_tree(out, files, force)
-    return GeneratedEngine(result, files, command, out)
+    return GeneratedEngine(result, plan, files, command, out)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def generate(
         sys.stdout.write(g.files["Dockerfile"].decode())
         return
     if isinstance(g, app.generate.GeneratedEngine):
-        finish(g, as_json, lambda g: ui.report.print_engine_context(g.result, g.out, sorted(g.files)))
+        finish(g, as_json, lambda g: ui.report.print_engine_context(g.result, g.plan, g.out, sorted(g.files)))
         return
     finish(g, as_json, lambda g: ui.report.print_plan(g.plan, g.out, sorted(g.files)))
 

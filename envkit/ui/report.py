@@ -80,10 +80,11 @@ def _print_engine(c: Console, d: dict[str, Any]) -> None:
         c.print(f"  note: {escape(n)}")
 
 
-def print_engine_context(result: Result, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
-    """What generate wrote for a container engine: the answer, then the files."""
+def print_engine_context(result: Result, plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
+    """What generate wrote for a container engine: the answer, its plan's stages and steps, then the files."""
     c = console or _console()
     print_result(result, c)
+    _print_stages(c, plan)
     c.print(f"{'wrote' if out else 'would write'} {len(files)} files" + (f" to {_e(out)}" if out else "") + ": "
             + _e(", ".join(f for f in files if not f.startswith("model_repo/")))
             + (f" and the model repository ({sum(f.startswith('model_repo/') for f in files)} files in model_repo/)"
@@ -223,13 +224,12 @@ def print_matrix(m: Matrix, table: Optional[str], console: Optional[Console] = N
         c.print(t)
 
 
-def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
-    """The build plan as a reviewer reads it: stages, each step with why it is there and what it reaches."""
-    c = console or _console()
-    c.print(f"[bold]envkit generate[/bold]: {_e(plan.stack)}")
-    mode = "offline (build context only)" if plan.options.offline else (f"site {plan.site.path}" if plan.site.given else "internet")
-    c.print(_e(f"network: {mode}; python: {plan.python_source}"))
-    net_style = {"none": "green", "site": "cyan", "internet": "yellow"}
+NET_STYLE = {"none": "green", "site": "cyan", "internet": "yellow"}
+
+
+def _print_stages(c: Console, plan) -> None:
+    """A plan's stages (a pip stack's or a container engine's), each step with why and what it reaches; what the
+    context must carry."""
     for stage in plan.stages:
         t = Table(title=_e(f"stage {stage.name}: FROM {stage.image}"), title_justify="left", show_header=True, header_style="bold")
         t.add_column("#", justify="right")
@@ -238,7 +238,7 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         t.add_column("network", overflow="fold", min_width=12)  # the URLs a step reaches, whole (newcomer D5)
         for i, st in enumerate(stage.steps, 1):
             net = st.network + (f"\n{' '.join(st.reaches)}" if st.reaches else "")
-            _row(t, str(i), st.title, st.why, Text(net, style=net_style.get(st.network, "")))
+            _row(t, str(i), st.title, st.why, Text(net, style=NET_STYLE.get(st.network, "")))
         c.print(t)
     if plan.carried:
         t = Table(title="the build context must hold", title_justify="left", header_style="bold")
@@ -248,6 +248,15 @@ def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Con
         for item in plan.carried:
             _row(t, item.path, item.what, item.origin)
         c.print(t)
+
+
+def print_plan(plan, out: Optional[str], files: list[str], console: Optional[Console] = None) -> None:
+    """The build plan as a reviewer reads it: stages, each step with why it is there and what it reaches."""
+    c = console or _console()
+    c.print(f"[bold]envkit generate[/bold]: {_e(plan.stack)}")
+    mode = "offline (build context only)" if plan.options.offline else (f"site {plan.site.path}" if plan.site.given else "internet")
+    c.print(_e(f"network: {mode}; python: {plan.python_source}"))
+    _print_stages(c, plan)
     if plan.build_args:
         c.print("build args (never written into a layer): " + _e(" ".join(f"--build-arg {k}=..." for k, _ in plan.build_args)))
     for w in plan.warnings:

@@ -14,7 +14,7 @@ from rich.console import Console
 import envkit
 from envkit import ui
 from envkit.cli import main as cli_main
-from envkit.cli.help import EXAMPLES
+from envkit.model.options import EXAMPLES
 
 ENVKIT = [sys.executable, "-m", "envkit"]
 
@@ -80,6 +80,8 @@ def test_bad_input_with_json_prints_the_error_document_on_stdout():
 def test_a_bug_is_one_line_exit_70_and_the_traceback_only_with_verbose(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a planted bug")
+
+    import envkit.app.resolve
 
     monkeypatch.setattr(envkit.app.resolve, "resolve", broken)
     for argv, traceback_shown in ((["resolve", "--gpu", "H100"], False), (["-v", "resolve", "--gpu", "H100"], True)):

@@ -30,7 +30,10 @@ def probe_spec(image: str, deep: bool, engine: ContainerEngine) -> ContainerSpec
     return containers.plan(engine, image, ["python3", "-c", script, *deep_arg], shown=("python3", "-c", "<envkit's probe.py>", *deep_arg))
 
 
-def plan_image(image: str, deep: bool, engine: Optional[ContainerEngine] = None) -> containers.PlannedRun:
+def plan_image(image: Optional[str], deep: bool, engine: Optional[ContainerEngine] = None) -> containers.PlannedRun:
+    """doctor --image --dry-run: the probe's container, nothing run."""
+    if not image:
+        raise InputError("--dry-run shows the container of doctor --image", "add --image IMAGE, or drop --dry-run")
     engine = engine or Engine.connect()
     return containers.PlannedRun("envkit doctor --image", probe_spec(image, deep, engine), containers.expects(engine, image))
 

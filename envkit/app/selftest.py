@@ -43,6 +43,21 @@ def check_engines(req: SelftestRequest) -> None:
             raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm, openai:http://HOST:PORT or triton:http://HOST:PORT")
 
 
+def check_asked(req: SelftestRequest, urls: list[str], image: Optional[str], dataset: Optional[str], request_rate: float,
+                triton_parameters: bool, endpoint: Optional[str], dry_run: bool) -> None:
+    """Every check of selftest's options that needs nothing run: the decode engines, and the options that go with a
+    serving sweep (or only without one)."""
+    check_engines(req)
+    if triton_parameters and not any(u.startswith("triton:") for u in urls):
+        raise InputError("--triton-parameters shapes Triton's generate requests", "use it with --engine triton:URL, or drop it")
+    if endpoint is not None and not urls:
+        raise InputError("--endpoint chooses the serving sweep's OpenAI path", "use it with --engine openai:URL, or drop it")
+    check_sweep_alone(urls, req, image, dataset, request_rate)
+    if dry_run and urls:
+        raise InputError("--dry-run shows the container of selftest --image; a serving sweep runs no container",
+                         "drop --dry-run, or use it with --image")
+
+
 def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str], dataset: Optional[str],
                       request_rate: float = math.inf) -> None:
     """A serving sweep measures one server; the local self-test's options do not mix with it (nor --dataset or

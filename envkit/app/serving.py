@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from envkit.adapters.context_dir import Populate
 from envkit.adapters.engine import ContainerEngine, split_ref
@@ -75,6 +75,17 @@ def check_args(args: tuple[str, ...]) -> None:
         if not a or any(ord(ch) < 32 or ord(ch) == 127 for ch in a):
             raise InputError(f"--serve-arg number {i} ({a.partition('=')[0][:40]!r}) is empty or holds a control character",
                              "pass one argument per --serve-arg, e.g. --serve-arg=--dtype=float32")
+
+
+def asked(serve: Optional[str], name: Optional[str], args: list[str], mount: bool, port: int,
+          say: Callable[[str], None]) -> Optional[Prepared]:
+    """The serving image the command line asks for (--serve and the options that go with it), or None."""
+    if serve is None:
+        if name or args or mount or port != SERVE_PORT:
+            raise InputError("--served-model-name, --serve-arg, --model-mount and --serve-port go with --serve MODEL_DIR",
+                             "add --serve MODEL_DIR, or drop them")
+        return None
+    return prepare(ServeRequest(serve, name, tuple(args), mount, port), say)
 
 
 def prepare(req: ServeRequest, say: Callable[[str], None]) -> Prepared:
@@ -212,6 +223,22 @@ def _shown_ref(ref: str) -> str:
     return repr(ref) if not at or _DIGEST.fullmatch(digest) else "with an '@' that starts no @sha256:DIGEST (a login? it is not printed)"
 
 
+def check_asked(image: Optional[str], stop: Optional[str], starting: dict[str, Any], sweep: bool, keep: bool) -> None:
+    """serve's options together: --stop alone (`starting`: the options that start a server, by name, with their values),
+    else --image, and --keep only with --sweep."""
+    if stop:
+        starts = [name for name, on in starting.items() if on]
+        if starts:
+            raise InputError(f"--stop CONTAINER stops a server; {', '.join(starts)} go{'es' if len(starts) == 1 else ''} with "
+                             "starting one", "run envkit serve --stop CONTAINER alone, and start a server without --stop")
+        return
+    if not image:
+        raise InputError("envkit serve needs --image IMAGE (or --stop CONTAINER)", "pass the serving image's tag")
+    if keep and not sweep:
+        raise InputError("--keep leaves the server running after --sweep; without --sweep it keeps running anyway",
+                         "add --sweep, or drop --keep")
+
+
 def check_start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None, shm_size: str = "2g",
                 timeout: float = 900.0) -> None:
     """Every check of serve's request that needs no engine: done before the engine is contacted (exit 2 without one)."""
@@ -320,6 +347,27 @@ def start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] = None
     url = f"http://{ip}:{launch.port}"
     say(f"serve: healthy after {time.monotonic() - t0:.0f} s at {url} (model {launch.model}, user {user})")
     return Running(image, container, network, url, launch.model, launch.model_sha256, user, gpus, time.monotonic() - t0)
+
+
+def start_and_sweep(image: str, env: tuple[str, ...], model_dir: Optional[str], timeout: float, reporter: Any, shm_size: str,
+                    allow_cpu: bool, sweep: Optional[dict[str, Any]] = None, keep: bool = False) -> Running:
+    """serve: start the image and wait until healthy; with `sweep` (SweepRequest.asked's levels and lengths), sweep it
+    and stop it unless `keep`."""
+    from dataclasses import replace
+
+    from envkit.app import sweep as sweeps
+
+    running = start(image, env, model_dir, timeout, reporter.say, shm_size=shm_size, allow_cpu=allow_cpu)
+    if sweep is None:
+        return running
+    try:
+        req = sweeps.SweepRequest.asked(f"openai:{running.url}", running.model, sweep["concurrency"], sweep["num_prompts"],
+                                        sweep["input_len"], sweep["output_len"], None)
+        result = sweeps.serving_sweep(req, reporter)
+    finally:
+        if not keep:
+            stop(running.container)
+    return replace(running, sweep=result.to_json(), stopped=not keep)
 
 
 def stop(container: str, engine=None) -> None:

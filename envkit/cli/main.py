@@ -1,10 +1,8 @@
 """The command line: typer only. Each command parses its options, calls one use case of envkit/app and shows
 the outcome with envkit/ui; `main` is the one place that turns an error into its line and exit code: envkit's
-own errors and click's usage errors in one dialect (`envkit: error: MESSAGE (fix: FIX)`), and with `--json`
-one JSON document on stdout as well, so a CI job that parses stdout gets the error too."""
+own errors and click's usage errors in one dialect (ui/errors.py)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -14,8 +12,9 @@ from typing import Any, Optional, Sequence
 import typer
 
 from envkit import __version__, ui
-from envkit.cli.help import EXIT_CODES, epilog
 from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EnvkitError, InputError
+from envkit.model.options import EXIT_CODES, epilog
+from envkit.ui import errors
 
 EXIT_USAGE = 2
 
@@ -88,62 +87,6 @@ def root(
     ui.settings.configure(progress="none" if quiet else progress.value, color=not no_color, verbose=verbose)
 
 
-GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--progress", "--no-color", "--version"}
-
-
-def _command_path(exc: Any, args: Sequence[str]) -> str:
-    ctx = getattr(exc, "ctx", None)
-    path = ctx.command_path if ctx is not None else "envkit"
-    if path != "envkit":
-        return path
-    words = [a for a in args if not a.startswith("-")][:2]
-    if words and words[0] == "matrix" and len(words) > 1 and words[1] in MATRIX_COMMANDS:
-        return f"envkit matrix {words[1]}"
-    if words and words[0] in set(COMMANDS) | {"matrix"}:
-        return f"envkit {words[0]}"
-    return "envkit"
-
-
-def _usage_error(exc: Any, args: Sequence[str]) -> tuple[str, str]:
-    """Click's usage error as envkit's message and fix."""
-    help_hint = f"`{_command_path(exc, args)} --help` lists them all"
-    option = getattr(exc, "option_name", None)
-    if option in GLOBAL_OPTIONS and _command_path(exc, args) != "envkit":
-        return str(getattr(exc, "message", exc)), f"{option} is a global option: put it before the command (envkit {option} ...)"
-    possibilities = sorted(getattr(exc, "possibilities", None) or ())
-    if possibilities:
-        return str(getattr(exc, "message", exc)), f"did you mean {' or '.join(possibilities)}? {help_hint}"
-    message = exc.format_message().strip().replace("\n", " ")
-    if "Did you mean" in message:
-        message, _, guess = message.partition(" Did you mean")
-        return message.rstrip("."), f"did you mean{guess.rstrip('?')}? {help_hint}"
-    return message.rstrip("."), f"see `{_command_path(exc, args)} --help`"
-
-
-def _error_document(kind: str, code: int, message: str, fix: str) -> str:
-    return json.dumps({"schema": 1, "ok": False, "error": {"kind": kind, "exit_code": code, "message": message, "fix": fix}},
-                      indent=2) + "\n"
-
-
-def _one_line(text: str) -> str:
-    """An outside tool's output inside a message (a traceback's last lines) joined into the one error line, its
-    control characters escaped (a server's or a tool's words must not drive the terminal: fuzz report 3, D5)."""
-    from envkit.model.redact import printable  # only when an error is printed: not on every command's path
-
-    return printable(" | ".join(part.strip() for part in text.splitlines() if part.strip()))
-
-
-def _fail(argv: Sequence[str], kind: str, code: int, message: str, fix: str) -> None:
-    line = f"{_one_line(message)} (fix: {_one_line(fix)})" if fix else _one_line(message)
-    sys.stderr.write(f"envkit: error: {line}\n")
-    if "--json" in argv:
-        sys.stdout.write(_error_document(kind, code, message, fix))
-    sys.exit(code)
-
-
-KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight", 6: "external"}  # 6: the server under test (a ServerError)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -152,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             raise InputError(f"argument {nul!r} holds a NUL character", "pass arguments without NUL bytes")
         rv = make_app(_asked(args))(args=args, prog_name="envkit", standalone_mode=False)
     except EnvkitError as exc:
-        _fail(args, KINDS.get(exc.exit_code, "error"), exc.exit_code, exc.message, exc.fix)
+        errors.fail(args, exc.exit_code, exc.message, exc.fix)
     except KeyboardInterrupt:
         sys.stderr.write("envkit: interrupted\n")
         sys.exit(EXIT_INTERRUPTED)
@@ -164,8 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if type(exc).__name__ == "Abort":
             sys.stderr.write("envkit: interrupted\n")
             sys.exit(EXIT_INTERRUPTED)
-        message, fix = _usage_error(exc, args)
-        _fail(args, "usage", code if isinstance(code, int) else EXIT_USAGE, message, fix)
+        message, fix = errors.usage_error(exc, errors.command_path(exc, args, COMMANDS, MATRIX_COMMANDS))
+        errors.fail(args, code if isinstance(code, int) else EXIT_USAGE, message, fix, "usage")
     except BrokenPipeError:  # `envkit matrix show | head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
@@ -173,6 +116,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if ui.settings.current().verbose:
             traceback.print_exc()
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        _fail(args, "internal", EXIT_BUG, f"internal error: {type(exc).__name__}: {exc} (at {where.name}, line {where.lineno})",
-              "this is a bug in envkit: re-run with -v and report the traceback")
+        errors.fail(args, EXIT_BUG, f"internal error: {type(exc).__name__}: {exc} (at {where.name}, line {where.lineno})",
+                    "this is a bug in envkit: re-run with -v and report the traceback", "internal")
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,10 +1,13 @@
-"""Options shared by several commands, each declared once. The eleven resolve flags come from
-model/flags.py: `@resolve_flags` adds them to a command and hands it one ResolveFlags value."""
+"""Each command's options come from model/options.py (and the resolve flags from model/flags.py), declared once:
+`@declared(COMMAND)` gives the function them as typer options, in the declared order, and hands it one `Args`
+value (the resolve flags as one ResolveFlags value)."""
 from __future__ import annotations
 
 import functools
 import inspect
 import typing
+from enum import Enum
+from types import SimpleNamespace
 from typing import Any, Callable, Optional, TypeVar
 
 import typer
@@ -12,63 +15,13 @@ import typer
 from envkit import ui
 from envkit.errors import EXIT_NO_SOLUTION
 from envkit.model.flags import RESOLVE_FLAGS, ResolveFlags
+from envkit.model.options import COMMAND_OPTIONS, Opt
 from envkit.model.solution import Unsolved
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def as_json(help: str = "print one stable JSON document") -> Any:
-    return typer.Option(False, "--json", help=help)
-
-
-def matrix(help: str = "another matrix.toml (default: the built-in one)") -> Any:
-    return typer.Option(None, "--matrix", metavar="MATRIX.toml", help=help)
-
-
-def lock(help: str) -> Any:
-    return typer.Option(None, "--lock", metavar="envkit.lock.json", help=help)
-
-
-def mirror(help: str) -> Any:
-    return typer.Option(None, "--mirror", metavar="SITE.toml", help=help)
-
-
-def host_facts() -> Any:
-    return typer.Option(None, "--host-facts", metavar="FACTS.json",
-                        help="with --gpu auto: the GPU host's facts recorded there (envkit doctor --json > FACTS.json) instead of this host's")
-
-
-def junit(help: str) -> Any:
-    return typer.Option(None, "--junit", metavar="FILE.xml", help=help)
-
-
-SERVE_HELP = "a serving image: vLLM's OpenAI server on this local model directory (config.json, tokenizer, weights)"
-
-
-def serve() -> Any:
-    return typer.Option(None, "--serve", metavar="MODEL_DIR", help=SERVE_HELP)
-
-
-def served_model_name() -> Any:
-    return typer.Option(None, "--served-model-name", metavar="NAME", help="the model name clients ask for (default: the directory's name)")
-
-
-def serve_arg() -> Any:
-    return typer.Option([], "--serve-arg", metavar="ARG",
-                        help="one argument for the server, after envkit's (repeatable), e.g. --serve-arg=--dtype=float32")
-
-
-def model_mount() -> Any:
-    return typer.Option(False, "--model-mount", help="do not bake the weights in: the site mounts them at /opt/envkit/model")
-
-
-def serve_port() -> Any:
-    from envkit.model.plan import SERVE_PORT  # the build commands' module imports it; doctor's does not
-
-    return typer.Option(SERVE_PORT, "--serve-port", help="the port the server listens on in the container")
-
-
-FORCE = typer.Option(False, "--force", help="replace an output directory envkit did not write")
+Args = SimpleNamespace
+_ANNOTATION: dict[str, Any] = {"text": Optional[str], "flag": bool, "int": Optional[int], "float": Optional[float], "list": list[str],
+                               "argument": Optional[str]}
 
 
 def _completer(choices: tuple[str, ...]) -> Optional[Callable[[str], list[str]]]:
@@ -77,25 +30,46 @@ def _completer(choices: tuple[str, ...]) -> Optional[Callable[[str], list[str]]]
     return lambda incomplete: [c for c in choices if c.startswith(incomplete)]
 
 
-def resolve_flags(command: F) -> F:
-    """Give `command(flags: ResolveFlags, ...)` the resolve flags as options of its own, in the declared order."""
-    signature = inspect.signature(command)
-    hints = typing.get_type_hints(command)
-    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values() if p.name != "flags"]
-    added = [inspect.Parameter(f.key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
-                               default=typer.Option(None, f.option, help=f.help, metavar=f.metavar,
-                                                                     autocompletion=_completer(f.choices)))
-             for f in RESOLVE_FLAGS]
+def _parameter(o: Opt) -> inspect.Parameter:
+    """The typer parameter of one declared option (a choice as an Enum, as typer spells a closed set)."""
+    annotation = _ANNOTATION.get(o.kind)
+    default = ... if o.required else ([] if o.kind == "list" else False if o.kind == "flag" and o.default is None else o.default)
+    if o.kind == "choice":
+        choice: Any = Enum(o.key, {c: c for c in o.choices}, type=str)  # type: ignore[misc]
+        default = ... if o.required else (None if o.default is None else choice(o.default))
+        annotation = choice if o.required or o.default is not None else Optional[choice]
+    extra: dict[str, Any] = {k: v for k, v in (("metavar", o.metavar), ("min", o.minimum), ("envvar", o.envvar), ("show_default", o.show_default))
+             if v is not None}
+    if o.kind == "argument":
+        info = typer.Argument(default, help=o.help, **extra)
+    else:
+        info = typer.Option(default, *o.names, help=o.help, **extra)
+    return inspect.Parameter(o.key, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=info)
 
-    @functools.wraps(command)
-    def with_flags(**given: Any) -> Any:
-        flags = ResolveFlags.from_mapping({f.key: given.pop(f.key) for f in RESOLVE_FLAGS})
-        return command(flags=flags, **given)
 
-    params = added + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-    with_flags.__signature__ = signature.replace(parameters=params, return_annotation=hints.get("return", None))  # type: ignore[attr-defined]
-    with_flags.__annotations__ = {p.name: p.annotation for p in params}
-    return typing.cast(F, with_flags)
+def _resolve_parameters() -> list[inspect.Parameter]:
+    return [inspect.Parameter(f.key, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                              default=typer.Option(None, f.option, help=f.help, metavar=f.metavar, autocompletion=_completer(f.choices)))
+            for f in RESOLVE_FLAGS]
+
+
+def declared(command: str, resolve: bool = False) -> Callable[[F], F]:
+    """Give `fn(args)` (or `fn(flags, args)` with `resolve`) the command's declared options; a choice arrives as its text."""
+    specs = COMMAND_OPTIONS[command]
+
+    def decorate(fn: F) -> F:
+        params = (_resolve_parameters() if resolve else []) + [_parameter(o) for o in specs]
+
+        @functools.wraps(fn)
+        def with_options(**given: Any) -> Any:
+            flags = ResolveFlags.from_mapping({f.key: given.pop(f.key) for f in RESOLVE_FLAGS}) if resolve else None
+            values = {k: v.value if isinstance(v, Enum) else v for k, v in given.items()}
+            return fn(flags, Args(**values)) if resolve else fn(Args(**values))
+
+        with_options.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        with_options.__annotations__ = {p.name: p.annotation for p in params}
+        return typing.cast(F, with_options)
+    return decorate
 
 
 def finish(outcome: Any, as_json: bool, show: Callable[[Any], None], junit: Optional[str] = None, suite: str = "",

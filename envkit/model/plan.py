@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 from envkit.errors import InputError
 from envkit.inimage.build_flash_attn import DEFAULT_HOST_MARCH
 from envkit.model.matrix import OsRelease
+from envkit.model.options import SERVE_PORT  # declared with --serve-port
 from envkit.model.site import Site
 from envkit.model.solution import Solution
 
@@ -23,7 +24,6 @@ COMPILED_WHEELS = "/opt/envkit/wheels"
 MODEL_DIR = "/opt/envkit/model"  # where a serving image's weights are (baked in, or mounted by the site)
 SERVE_UID = 1000  # the serving image's non-root user
 SERVE_HOME = "/home/envkit"
-SERVE_PORT = 8000  # the serving image's port, unless --serve-port says otherwise  # where the build stage's compiles leave their wheels (dockerfiles/fragments/kernels)
 PYTHON_FTP = "https://www.python.org/ftp/python"
 PLAN_SCHEMA = 1
 

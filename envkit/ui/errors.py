@@ -1,0 +1,62 @@
+"""The one error dialect: `envkit: error: MESSAGE (fix: FIX)` on stderr, and with `--json` one JSON document on stdout
+as well, so a CI job that parses stdout gets the error too. cli/main.py is the one place that calls it."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Collection, NoReturn, Sequence
+
+KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight", 6: "external"}  # 6: the server under test (a ServerError)
+GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--progress", "--no-color", "--version"}
+
+
+def command_path(exc: Any, args: Sequence[str], commands: Collection[str], matrix_commands: Collection[str]) -> str:
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "envkit"
+    if path != "envkit":
+        return path
+    words = [a for a in args if not a.startswith("-")][:2]
+    if words and words[0] == "matrix" and len(words) > 1 and words[1] in matrix_commands:
+        return f"envkit matrix {words[1]}"
+    if words and words[0] in set(commands) | {"matrix"}:
+        return f"envkit {words[0]}"
+    return "envkit"
+
+
+def usage_error(exc: Any, path: str) -> tuple[str, str]:
+    """Click's usage error (of the command at `path`) as envkit's message and fix."""
+    help_hint = f"`{path} --help` lists them all"
+    option = getattr(exc, "option_name", None)
+    if option in GLOBAL_OPTIONS and path != "envkit":
+        return str(getattr(exc, "message", exc)), f"{option} is a global option: put it before the command (envkit {option} ...)"
+    possibilities = sorted(getattr(exc, "possibilities", None) or ())
+    if possibilities:
+        return str(getattr(exc, "message", exc)), f"did you mean {' or '.join(possibilities)}? {help_hint}"
+    message = exc.format_message().strip().replace("\n", " ")
+    if "Did you mean" in message:
+        message, _, guess = message.partition(" Did you mean")
+        return message.rstrip("."), f"did you mean{guess.rstrip('?')}? {help_hint}"
+    return message.rstrip("."), f"see `{path} --help`"
+
+
+def error_document(kind: str, code: int, message: str, fix: str) -> str:
+    return json.dumps({"schema": 1, "ok": False, "error": {"kind": kind, "exit_code": code, "message": message, "fix": fix}},
+                      indent=2) + "\n"
+
+
+def one_line(text: str) -> str:
+    """An outside tool's output inside a message (a traceback's last lines) joined into the one error line, its
+    control characters escaped (a server's or a tool's words must not drive the terminal: fuzz report 3, D5)."""
+    from envkit.model.redact import printable  # only when an error is printed: not on every command's path
+
+    return printable(" | ".join(part.strip() for part in text.splitlines() if part.strip()))
+
+
+def fail(argv: Sequence[str], code: int, message: str, fix: str, kind: str = "") -> NoReturn:
+    """Print the error (and its JSON document with --json) and exit with its code."""
+    kind = kind or KINDS.get(code, "error")
+    line = f"{one_line(message)} (fix: {one_line(fix)})" if fix else one_line(message)
+    sys.stderr.write(f"envkit: error: {line}\n")
+    if "--json" in argv:
+        sys.stdout.write(error_document(kind, code, message, fix))
+    sys.exit(code)

@@ -15,7 +15,7 @@ from typing import IO, Any, ContextManager, Iterator, Optional, Protocol, Sequen
 from envkit.app.build import Built, build_target
 from envkit.app.reporter import Tick
 from envkit.core.preflight import Check
-from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_NO_SOLUTION, EnvkitError
+from envkit.errors import EXIT_BUG, EXIT_EXTERNAL, EXIT_INTERRUPTED, EXIT_NO_SOLUTION, EnvkitError
 from envkit.model.project import Project, Target
 from envkit.model.solution import Unsolved
 
@@ -129,6 +129,11 @@ class AllBuilt:
     @property
     def ok(self) -> bool:
         return all(t.ok for t in self.targets)
+
+    @property
+    def exit_code(self) -> int:
+        """Not ok: a target's bug is a bug (70); any other failure is the build's (4)."""
+        return EXIT_BUG if any(t.exit == EXIT_BUG for t in self.targets) else EXIT_EXTERNAL
 
     def summary(self) -> str:
         return f"{sum(t.ok for t in self.targets)}/{len(self.targets)} targets built; logs in {LOG_DIR}/"

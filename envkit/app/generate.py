@@ -21,7 +21,7 @@ from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
-from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, EnginePlan, Options
+from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, EnginePlan, Options, ToolkitSource
 from envkit.model.site import Site
 from envkit.model.solution import Result, Unsolved, same_flash_attn
 
@@ -124,6 +124,17 @@ _CONTAINER_REFUSAL = {
 }
 _COMPILE_REFUSAL = ("--toolkit, --host-march, --max-jobs and --nvcc-threads shape what a pip stack compiles, and a "
                     "container engine compiles nothing here", "")
+
+
+def asked_options(offline: bool, host_march: Optional[str], max_jobs: Optional[int], nvcc_threads: Optional[int],
+                  toolkit: Optional[ToolkitSource], serve: Optional[str]) -> tuple[Options, frozenset[str]]:
+    """generate's pip-stack options as the command line gave them (None: not given), and the names of those given."""
+    opts = Options(offline=offline, host_march=DEFAULT_HOST_MARCH if host_march is None else host_march, max_jobs=max_jobs,
+                   nvcc_threads=nvcc_threads, toolkit=toolkit)
+    given = frozenset(name for name, value in (("--offline", offline or None), ("--host-march", host_march), ("--max-jobs", max_jobs),
+                                               ("--nvcc-threads", nvcc_threads), ("--toolkit", toolkit), ("--serve", serve))
+                      if value is not None)
+    return opts, given
 
 
 def given_options(opts: Options, given: frozenset[str] = frozenset()) -> tuple[str, ...]:

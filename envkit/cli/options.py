@@ -19,6 +19,7 @@ from envkit.model.options import COMMAND_OPTIONS, Opt
 from envkit.model.solution import Unsolved
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 Args = SimpleNamespace
 _ANNOTATION: dict[str, Any] = {"text": Optional[str], "flag": bool, "int": Optional[int], "float": Optional[float], "list": list[str],
                                "argument": Optional[str]}
@@ -72,10 +73,17 @@ def declared(command: str, resolve: bool = False) -> Callable[[F], F]:
     return decorate
 
 
+def reporting(run: Callable[[Any], T], stderr: bool = True) -> T:
+    """Run a use case with the progress reporter drawn on stderr (or stdout)."""
+    with ui.progress.reporter(ui.progress.console(stderr=stderr)) as reporter:
+        return run(reporter)
+
+
 def finish(outcome: Any, as_json: bool, show: Callable[[Any], None], junit: Optional[str] = None, suite: str = "",
            cases: Callable[[], list[Any]] = list) -> None:
     """Show a use case's outcome: its JSON document, or `show` for people; with `junit`, its cases as JUnit XML too.
-    Exit 1 when the query had no solution (the conflicts are shown) or the outcome is not ok."""
+    Exit 1 when the query had no solution (the conflicts are shown) or the outcome is not ok (its `exit_code` where it
+    has one)."""
     if isinstance(outcome, Unsolved):
         ui.output.show_result(outcome.result, as_json)
         raise typer.Exit(EXIT_NO_SOLUTION)
@@ -86,4 +94,4 @@ def finish(outcome: Any, as_json: bool, show: Callable[[Any], None], junit: Opti
     else:
         show(outcome)
     if getattr(outcome, "ok", True) is False:
-        raise typer.Exit(EXIT_NO_SOLUTION)
+        raise typer.Exit(getattr(outcome, "exit_code", EXIT_NO_SOLUTION))

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import Args, declared, finish
-from envkit.errors import EXIT_BUG, EXIT_EXTERNAL, EXIT_NO_SOLUTION
+from envkit.cli.options import Args, declared, finish, reporting
+from envkit.errors import EXIT_NO_SOLUTION
 from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
-from envkit.model.plan import DEFAULT_HOST_MARCH, Options
 
 
 def _err(message: str) -> None:
@@ -29,11 +29,7 @@ def resolve(flags: ResolveFlags, a: Args) -> None:
 @declared("generate", resolve=True)
 def generate(flags: ResolveFlags, a: Args) -> None:
     """Write a Dockerfile (devel build stage, slim runtime stage) and its scripts for the resolved stack."""
-    opts = Options(offline=a.offline, host_march=DEFAULT_HOST_MARCH if a.host_march is None else a.host_march, max_jobs=a.max_jobs,
-                   nvcc_threads=a.nvcc_threads, toolkit=a.toolkit)
-    given = frozenset(name for name, value in (("--offline", a.offline or None), ("--host-march", a.host_march), ("--max-jobs", a.max_jobs),
-                                               ("--nvcc-threads", a.nvcc_threads), ("--toolkit", a.toolkit), ("--serve", a.serve))
-                      if value is not None)
+    opts, given = app.generate.asked_options(a.offline, a.host_march, a.max_jobs, a.nvcc_threads, a.toolkit, a.serve)
     to_stdout = a.out == "-"  # `-o -`: the Dockerfile alone on stdout, nothing written (like `cog debug`)
     serving = app.serving.asked(a.serve, a.served_model_name, a.serve_arg, a.model_mount, a.serve_port, _err)
     g = app.generate.generate(flags, matrix_path=a.matrix_path, lock=a.lock, mirror=a.mirror, opts=opts,
@@ -50,20 +46,19 @@ def generate(flags: ResolveFlags, a: Args) -> None:
 @declared("bundle", resolve=True)
 def bundle(flags: ResolveFlags, a: Args) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
+    def run(reporter: Any) -> Any:
         serving = app.serving.asked(a.serve, a.served_model_name, a.serve_arg, a.model_mount, a.serve_port, reporter.say)
-        b = app.bundle.make_bundle(flags, out=a.out, matrix_path=a.matrix_path, lock=a.lock, mirror=a.mirror, find_links=tuple(a.find_links),
-                                   force=a.force, reporter=reporter, locked=a.locked, toolkit=a.toolkit, serving=serving,
-                                   host_facts=a.host_facts)
-    finish(b, a.as_json, lambda b: ui.report.print_bundle(b.report))
+        return app.bundle.make_bundle(flags, out=a.out, matrix_path=a.matrix_path, lock=a.lock, mirror=a.mirror, find_links=tuple(a.find_links),
+                                      force=a.force, reporter=reporter, locked=a.locked, toolkit=a.toolkit, serving=serving,
+                                      host_facts=a.host_facts)
+    finish(reporting(run), a.as_json, lambda b: ui.report.print_bundle(b.report))
 
 
 @declared("lock", resolve=True)
 def lock(flags: ResolveFlags, a: Args) -> None:
     """Pin the stack: every wheel the image installs (transitive, by sha256, per pip step) and every base image by digest."""
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        locked = app.lock.make_lock_file(flags, out=a.out, matrix_path=a.matrix_path, mirror=a.mirror, find_links=tuple(a.find_links),
-                                         reporter=reporter, host_facts=a.host_facts)
+    locked = reporting(lambda r: app.lock.make_lock_file(flags, out=a.out, matrix_path=a.matrix_path, mirror=a.mirror,
+                                                        find_links=tuple(a.find_links), reporter=r, host_facts=a.host_facts))
     finish(locked, a.as_json, lambda done: ui.progress.console().print(done.summary(), markup=False, highlight=False))
 
 
@@ -76,15 +71,11 @@ def build(flags: ResolveFlags, a: Args) -> None:
                                  host_facts=a.host_facts)
     out_console = ui.progress.console(stderr=a.as_json)
     if not a.all_targets:
-        with ui.progress.reporter(out_console) as reporter:
-            outcome = app.build.run(req, reporter, a.project, a.target)
+        outcome = reporting(lambda r: app.build.run(req, r, a.project, a.target), stderr=a.as_json)
         return finish(outcome, a.as_json, lambda built: ui.report.print_build(built, out_console))
     proj = app.build.load_project(a.project, a.target, a.all_targets, req)
     with ui.progress.BuildBoard([t.name for t in proj.targets], out_console) as board:
         built = app.build_all.build_all(proj, jobs=a.jobs, network=a.network, no_cache=a.no_cache, board=board, dry_run=a.dry_run,
                                         matrix_path=a.matrix_path)
     out_console.print(built.summary())
-    if a.as_json:
-        ui.output.print_json(built.to_json())
-    if not built.ok:  # a target's bug is a bug (70); any other failure is the build's (4)
-        raise typer.Exit(EXIT_BUG if any(t.exit == EXIT_BUG for t in built.targets) else EXIT_EXTERNAL)
+    finish(built, a.as_json, lambda b: None)

@@ -133,74 +133,99 @@ def _cuda_row_version(text: Optional[str]) -> Optional[Version]:
 
 
 def _gpu_conflicts(m: Matrix, q: Query, c: _Candidate) -> list[Conflict]:
+    """Whether the candidate runs on the query's GPU: its vendor, then each part's own arch list (Triton's notes, the
+    CUDA it is built on, TensorRT-LLM's release, the vLLM inside, FasterTransformer's -DSM list)."""
     g = q.gpu
     if g is None:
         return []
     if g.vendor != "nvidia":
         return [Conflict("engine.platform", f"--engine {q.engine} runs on NVIDIA GPUs; {g.name} is an {g.vendor.upper()} GPU",
                          "use --engine torch or --engine vllm, which resolve ROCm and DTK stacks", c.image.source)]
-    cc = g.cc
-    assert cc is not None
-    out = []
+    assert g.cc is not None
+    checks = (_triton_cc_conflicts, _cuda_arch_conflicts, _trtllm_arch_conflicts, _vllm_arch_conflicts, _legacy_arch_conflicts)
+    return [conflict for check in checks for conflict in check(m, q, c, g, g.cc)]
+
+
+def _triton_cc_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -> list[Conflict]:
     t = c.image
     notes = _gpu_requirement(m, t)
-    if notes is not None and notes.min_cc is not None and cc < notes.min_cc:
-        first = min((x for x in m.triton if x.flavor == "py3" and x.min_cc == notes.min_cc), key=lambda x: x.key, default=notes)
-        since = "" if notes.release == t.release else f" (the {first.release} notes raised it; no later release lowers it)"
-        out.append(Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {notes.min_cc} and later{since}; "
-                            f"{g.name} is compute capability {cc}", f"use a Triton release before {first.release}", notes.source))
+    if notes is None or notes.min_cc is None or cc >= notes.min_cc:
+        return []
+    first = min((x for x in m.triton if x.flavor == "py3" and x.min_cc == notes.min_cc), key=lambda x: x.key, default=notes)
+    since = "" if notes.release == t.release else f" (the {first.release} notes raised it; no later release lowers it)"
+    return [Conflict("engine.gpu-arch", f"Triton {t.release} supports compute capability {notes.min_cc} and later{since}; "
+                     f"{g.name} is compute capability {cc}", f"use a Triton release before {first.release}", notes.source)]
+
+
+def _cuda_arch_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -> list[Conflict]:
+    t = c.image
     row = trtllm_row(m, c.trtllm_version)
     cuda_text = t.cuda or (str(row.cuda) if row is not None and row.cuda is not None else None)
     cuda = _cuda_row_version(cuda_text)
     tk = m.cuda_toolkit(cuda) if cuda is not None else None
     if tk is not None and not tk.can_target(cc):
         newer = cc > max(tk.archs)
-        out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {cuda_text}, which cannot run code for {g.arch} ({g.name})",
-                            "use a newer release (a newer CUDA)" if newer else "use an older release", tk.source))
-    elif cuda is None:
-        out.append(Conflict("engine.gpu-arch", f"{c.label}: neither its release notes nor its TensorRT-LLM state its CUDA, so "
-                            f"{g.arch} cannot be checked", "pick another release (--triton or --trtllm)", t.source))
-    elif tk is None:  # a CUDA newer than the matrix's rows: an arch its major already dropped stays dropped
+        return [Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {cuda_text}, which cannot run code for {g.arch} ({g.name})",
+                         "use a newer release (a newer CUDA)" if newer else "use an older release", tk.source)]
+    if cuda is None:
+        return [Conflict("engine.gpu-arch", f"{c.label}: neither its release notes nor its TensorRT-LLM state its CUDA, so "
+                         f"{g.arch} cannot be checked", "pick another release (--triton or --trtllm)", t.source)]
+    if tk is None:  # a CUDA newer than the matrix's rows: an arch its major already dropped stays dropped
         below = max((x for x in m.cuda if x.version.major == cuda.major and x.version < cuda), key=lambda x: x.version, default=None)
         if below is not None and below.archs and cc < min(below.archs):
-            out.append(Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}: CUDA {below.version} already builds for "
-                                f"sm_{min(below.archs).major}{min(below.archs).minor} and newer only, and {g.name} is {g.arch}",
-                                "use an older release", below.source))
-    if c.trtllm_version is not None:
-        r = trtllm_row(m, c.trtllm_version)
-        gone = _removed(m, c.trtllm_version, cc)
-        if gone is not None:
-            fix = (f"no trtllm-serve release supports {g.arch} (trtllm-serve came with 0.15.0): use --engine triton-trtllm "
-                   f"--trtllm '<{gone.version}'" if q.engine == "trtllm" else
-                   f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')")
-            out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
-                                f"its {gone.version} release notes removed it in that and every later release", fix, gone.source))
-        elif r is not None and r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
-            out.append(Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
-                                f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source))
-        elif (r is None or not r.archs) and any(x.archs for x in m.trtllm) and cc < min(a for x in m.trtllm for a in x.archs):
-            # older than every documented list (newer archs are left to the CUDA check and the release notes)
-            listed = [x for x in m.trtllm if x.archs]
-            out.append(Conflict("engine.gpu-arch", f"no TensorRT-LLM release lists {g.arch} ({g.name}) or an older arch among its GPUs "
-                                f"(the lists of {', '.join(str(x.version) for x in listed)} start at "
-                                f"sm_{min(a for x in listed for a in x.archs).major}{min(a for x in listed for a in x.archs).minor})",
-                                "use --engine vllm or --engine torch on this GPU", listed[0].source if listed else t.source))
-    if c.workflow == "vllm" and t.vllm is not None and Version(t.vllm).local is None:  # PyPI's wheel, as its [[vllm]] row knows it
-        v = next((x for x in m.vllm if x.version == Version(t.vllm)), None)
-        if v is not None and v.runs_on_cc(cc) is None:
-            out.append(Conflict("engine.gpu-arch", f"no source envkit holds states which GPU archs vLLM {v.version} (in {c.label}) "
-                                f"was built for: {g.arch} cannot be confirmed", "use a newer --triton, or --engine torch", v.source))
-        elif v is not None and v.runs_on_cc(cc) is False:
-            built = ", ".join(f"sm_{a.major}{a.minor}" for a in v.cuda_archs or ())
-            out.append(Conflict("engine.gpu-arch", f"vLLM {v.version} (in {c.label}) is built for {built}"
-                                + (f" (PTX compute_{v.cuda_ptx.major}{v.cuda_ptx.minor})" if v.cuda_ptx else " and no PTX")
-                                + f": none runs on {g.name} ({g.arch})", "use another --triton release, or --engine torch", v.source))
+            return [Conflict("engine.gpu-arch", f"{c.label} is built on CUDA {t.cuda}: CUDA {below.version} already builds for "
+                             f"sm_{min(below.archs).major}{min(below.archs).minor} and newer only, and {g.name} is {g.arch}",
+                             "use an older release", below.source)]
+    return []
+
+
+def _trtllm_arch_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -> list[Conflict]:
+    if c.trtllm_version is None:
+        return []
+    r = trtllm_row(m, c.trtllm_version)
+    gone = _removed(m, c.trtllm_version, cc)
+    if gone is not None:
+        fix = (f"no trtllm-serve release supports {g.arch} (trtllm-serve came with 0.15.0): use --engine triton-trtllm "
+               f"--trtllm '<{gone.version}'" if q.engine == "trtllm" else
+               f"use TensorRT-LLM older than {gone.version} (--trtllm '<{gone.version}')")
+        return [Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
+                         f"its {gone.version} release notes removed it in that and every later release", fix, gone.source)]
+    if r is not None and r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
+        return [Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
+                         f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source)]
+    listed = [x for x in m.trtllm if x.archs]
+    if (r is None or not r.archs) and listed and cc < min(a for x in listed for a in x.archs):
+        # older than every documented list (newer archs are left to the CUDA check and the release notes)
+        oldest = min(a for x in listed for a in x.archs)
+        return [Conflict("engine.gpu-arch", f"no TensorRT-LLM release lists {g.arch} ({g.name}) or an older arch among its GPUs "
+                         f"(the lists of {', '.join(str(x.version) for x in listed)} start at sm_{oldest.major}{oldest.minor})",
+                         "use --engine vllm or --engine torch on this GPU", listed[0].source)]
+    return []
+
+
+def _vllm_arch_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -> list[Conflict]:
+    t = c.image
+    if c.workflow != "vllm" or t.vllm is None or Version(t.vllm).local is not None:  # PyPI's wheel, as its [[vllm]] row knows it
+        return []
+    v = next((x for x in m.vllm if x.version == Version(t.vllm)), None)
+    if v is not None and v.runs_on_cc(cc) is None:
+        return [Conflict("engine.gpu-arch", f"no source envkit holds states which GPU archs vLLM {v.version} (in {c.label}) "
+                         f"was built for: {g.arch} cannot be confirmed", "use a newer --triton, or --engine torch", v.source)]
+    if v is not None and v.runs_on_cc(cc) is False:
+        built = ", ".join(f"sm_{a.major}{a.minor}" for a in v.cuda_archs or ())
+        return [Conflict("engine.gpu-arch", f"vLLM {v.version} (in {c.label}) is built for {built}"
+                         + (f" (PTX compute_{v.cuda_ptx.major}{v.cuda_ptx.minor})" if v.cuda_ptx else " and no PTX")
+                         + f": none runs on {g.name} ({g.arch})", "use another --triton release, or --engine torch", v.source)]
+    return []
+
+
+def _legacy_arch_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -> list[Conflict]:
     ft = m.fastertransformer
-    if c.workflow == "fastertransformer" and ft is not None and cc not in ft.sm:
-        out.append(Conflict("engine.legacy", f"FasterTransformer (archived {ft.archived}) builds for "
-                            f"{', '.join('sm_%d%d' % (a.major, a.minor) for a in ft.sm)}; {g.name} is {g.arch}",
-                            f"use its successor: {ft.successor}", ft.source))
-    return out
+    if c.workflow != "fastertransformer" or ft is None or cc in ft.sm:
+        return []
+    return [Conflict("engine.legacy", f"FasterTransformer (archived {ft.archived}) builds for "
+                     f"{', '.join('sm_%d%d' % (a.major, a.minor) for a in ft.sm)}; {g.name} is {g.arch}",
+                     f"use its successor: {ft.successor}", ft.source)]
 
 
 def _driver_conflicts(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], Optional[str], bool]:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
@@ -279,78 +280,101 @@ def _commit(target: Path, tmp: Path, files: list[str], dirs: list[str], stale: l
     and renamed in last (while the others move, the context has none: nothing builds a half-renamed one). The journal,
     written first, lets the next run finish a commit a kill cut short. On any failure or signal here, every old file is
     put back (kept aside under tmp/old) and the new ones and the directories made for them are removed."""
-    old, new = tmp / "old", tmp / "new"
     existed = [rel for rel in [*files, *dirs] if _lexists(target / rel)]
     (tmp / JOURNAL).write_bytes(json.dumps({"files": files, "dirs": dirs, "stale": stale, "existed": existed}).encode())
-    done: list[tuple[Path, Optional[Path]]] = []
-    moved: list[tuple[Path, Optional[Path], Path]] = []  # (place, its old directory kept aside, the new one staged)
-    made: list[Path] = []
-
-    def parents(dest: Path) -> None:
-        for d in reversed(dest.parents):
-            if d != target and target in d.parents and not d.exists():
-                d.mkdir()
-                made.append(d)
-
+    c = _Commit(target, tmp / "old", tmp / "new")
     last = [rel for rel in files if rel == COMMIT_LAST]
     try:
-        for rel in last:  # aside: linked into old/, then removed from its place
-            dest = target / rel
-            if _lexists(dest):
-                _keep_aside(dest, old / rel)
-                done.append((dest, old / rel))
-                dest.unlink()
-        for rel in files:
-            if rel in last:
-                continue
-            dest = target / rel
-            parents(dest)
-            backup = None
-            if _lexists(dest):
-                backup = old / rel
-                _keep_aside(dest, backup)
-            done.append((dest, backup))
-            os.replace(new / rel, dest)
-        for name in dirs:
-            dest = target / name
-            parents(dest)
-            backup = old / name if _lexists(dest) else None
-            moved.append((dest, backup, new / name))
-            if backup is not None:
-                backup.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(dest, backup)
-            os.replace(new / name, dest)
-        for rel in stale:
-            dest = target / rel
-            backup = old / rel
-            backup.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(dest, backup)
-            done.append((dest, backup))
-        for rel in last:
-            dest = target / rel
-            if not any(place == dest for place, _ in done):
-                done.append((dest, None))
-            os.replace(new / rel, dest)
+        c.aside(last)
+        c.files([rel for rel in files if rel not in last])
+        c.dirs(dirs)
+        c.remove(stale)
+        c.last(last)
     except BaseException:
         guard.cleaning = True
         with contextlib.suppress(OSError):
             (tmp / ROLLING_BACK).touch()
-        for dest, backup in reversed(done):
+        c.roll_back()
+        raise
+
+
+@dataclass
+class _Commit:
+    """One commit's renames, each recorded as it is done so that roll_back undoes exactly those."""
+    target: Path
+    old: Path  # where the files a rename replaces are kept aside
+    new: Path  # the staged tree
+    done: list[tuple[Path, Optional[Path]]] = field(default_factory=list)  # (place, its old file kept aside)
+    moved: list[tuple[Path, Optional[Path], Path]] = field(default_factory=list)  # (place, its old directory, the new one staged)
+    made: list[Path] = field(default_factory=list)
+
+    def _parents(self, dest: Path) -> None:
+        for d in reversed(dest.parents):
+            if d != self.target and self.target in d.parents and not d.exists():
+                d.mkdir()
+                self.made.append(d)
+
+    def aside(self, last: list[str]) -> None:
+        """The files renamed in last: linked into old/, then removed from their place."""
+        for rel in last:
+            dest = self.target / rel
+            if _lexists(dest):
+                _keep_aside(dest, self.old / rel)
+                self.done.append((dest, self.old / rel))
+                dest.unlink()
+
+    def files(self, rels: list[str]) -> None:
+        for rel in rels:
+            dest = self.target / rel
+            self._parents(dest)
+            backup = None
+            if _lexists(dest):
+                backup = self.old / rel
+                _keep_aside(dest, backup)
+            self.done.append((dest, backup))
+            os.replace(self.new / rel, dest)
+
+    def dirs(self, names: list[str]) -> None:
+        for name in names:
+            dest = self.target / name
+            self._parents(dest)
+            backup = self.old / name if _lexists(dest) else None
+            self.moved.append((dest, backup, self.new / name))
+            if backup is not None:
+                backup.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(dest, backup)
+            os.replace(self.new / name, dest)
+
+    def remove(self, stale: list[str]) -> None:
+        for rel in stale:
+            dest, backup = self.target / rel, self.old / rel
+            backup.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(dest, backup)
+            self.done.append((dest, backup))
+
+    def last(self, last: list[str]) -> None:
+        for rel in last:
+            dest = self.target / rel
+            if not any(place == dest for place, _ in self.done):
+                self.done.append((dest, None))
+            os.replace(self.new / rel, dest)
+
+    def roll_back(self) -> None:
+        for dest, backup in reversed(self.done):
             with contextlib.suppress(OSError):
                 if backup is not None and _lexists(backup):
                     os.replace(backup, dest)
                 else:
                     dest.unlink(missing_ok=True)
-        for dest, backup, staged in reversed(moved):
+        for dest, backup, staged in reversed(self.moved):
             with contextlib.suppress(OSError):
                 if _lexists(dest) and not _lexists(staged):  # the new one was renamed in
                     os.replace(dest, staged)
                 if backup is not None and _lexists(backup):
                     os.replace(backup, dest)
-        for d in reversed(made):
+        for d in reversed(self.made):
             with contextlib.suppress(OSError):
                 d.rmdir()
-        raise
 
 
 def write_tree(out: str, files: dict[str, bytes], force: bool, dirs: Optional[Mapping[str, Populate]] = None) -> None:

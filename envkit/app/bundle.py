@@ -23,6 +23,7 @@ from envkit.core.pylock import pylock_files
 from envkit.core.wheels import find_in_simple_index, pip_download_args
 from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
+from envkit.model.lock import Lock
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import BuildPlan, Options, ToolkitSource
 from envkit.model.solution import Unsolved
@@ -190,7 +191,7 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                 locked: bool = False, toolkit: Optional[ToolkitSource] = None,
                 serving: Optional[Prepared] = None, host_facts: Optional[str] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
-    say, progress_factory = reporter.say, reporter.transfer
+    say = reporter.say
     g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit),
                      serving=serving, host_facts=host_facts)
     if isinstance(g, Unsolved):
@@ -200,23 +201,12 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
         require_pinned(pinned, lock, "bundle")
     files = {**g.files, **pylock_files(pinned)}  # PEP 751 locks of the wheelhouse, for pip's and uv's users
     root = Path(out)
-    report = BundleReport(root)
     old = read_manifest(root)
     if old.state == "unreadable":
         say(f"{MANIFEST} is unreadable: treated as absent (each carried file is checked on its own, or fetched again)")
-    if old.state == "read" and (root / "envkit.plan.json").is_file() \
-            and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"] \
-            and all(_problem_path(p) in files for p in verify(root)) and holds_lock(root, pinned):
-        # Same plan, every carried artifact verified: only the generated files may need rewriting.
-        unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in files.items())
-        if not unchanged:
-            write_tree(out, files, force)
-            write_manifest(root, list(old.images))
-            say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
-        report.complete_already = True
-        listed = read_manifest(root).files
-        report.files, report.bytes = len(listed), sum(size for size, _ in listed.values())
-        return Bundled(g, report, out)
+    done = _verified_already(g, files, pinned, root, old, force, say)
+    if done is not None:
+        return Bundled(g, done, out)
     for item in g.plan.carried:
         if item.path.startswith("wheelhouse/") and item.path != "wheelhouse/" and not find_links and not _pypi_file(item.origin):
             raise InputError(f"{item.path} ({item.what}) is on no public index",
@@ -230,6 +220,35 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
             say(f"removed {rel} ({why}): fetching it again")
         if found.foreign:
             say(f"carrying {len(found.foreign)} file(s) envkit did not write as they are (--force): {', '.join(found.foreign[:3])}")
+    return Bundled(g, _carry(engine, g, pinned, root, old, find_links, reporter), out)
+
+
+def _verified_already(g: Generated, files: dict[str, bytes], pinned: Lock, root: Path, old: OldManifest, force: bool,
+                      say: Callable[[str], None]) -> Optional[BundleReport]:
+    """The same plan with every carried artifact verified: only the generated files may need rewriting (the report of a
+    bundle complete already); None where anything must be fetched."""
+    if not (old.state == "read" and (root / "envkit.plan.json").is_file()
+            and (root / "envkit.plan.json").read_bytes() == g.files["envkit.plan.json"]
+            and all(_problem_path(p) in files for p in verify(root)) and holds_lock(root, pinned)):
+        return None
+    unchanged = all((root / rel).is_file() and (root / rel).read_bytes() == data for rel, data in files.items())
+    if not unchanged:
+        write_tree(str(root), files, force)
+        write_manifest(root, list(old.images))
+        say("regenerated the Dockerfile and scripts; every carried artifact verified, nothing downloaded")
+    report = BundleReport(root)
+    report.complete_already = True
+    listed = read_manifest(root).files
+    report.files, report.bytes = len(listed), sum(size for size, _ in listed.values())
+    return report
+
+
+def _carry(engine: ContainerEngine, g: Generated, pinned: Lock, root: Path, old: OldManifest, find_links: tuple[str, ...],
+           reporter: Reporter) -> BundleReport:
+    """Fetch what the plan carries into the written context: sources, wheels (a pinned lock's exactly), debs, base
+    images; then the manifest."""
+    say, progress_factory = reporter.say, reporter.transfer
+    report = BundleReport(root)
     fetch_sources(g.plan, root, report, say, progress_factory)
     fetch_pypi_files(g.plan, root, report, say, progress_factory)
     report.pip_host_sources = list(pip.host_sources())
@@ -246,4 +265,4 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
     images = save_images(engine, g.plan, root, report, say, progress_factory, old)
     doc = write_manifest(root, images)
     report.files, report.bytes = len(doc["files"]), sum(f["size"] for f in doc["files"].values())
-    return Bundled(g, report, out)
+    return report

@@ -92,73 +92,87 @@ def print_engine_context(result: Result, plan, out: Optional[str], files: list[s
 
 
 def print_result(result: Result, console: Optional[Console] = None) -> None:
+    """resolve's answer: what --gpu auto read, then the solution (or a container engine's answer, or the conflicts
+    with their fixes and sources), then the warnings."""
     c = console or _console()
     if result.host_read:
         read = dict(result.host_read)
         c.print(_e(f"--gpu auto read {read.pop('from')}: " + "; ".join(f"{k} {v}" for k, v in read.items())), markup=False, highlight=False)
     if result.solution is not None:
-        d = result.solution.to_json()
-        t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
-        t.add_column("component")
-        t.add_column("choice")
-        t.add_column("artifact / detail", overflow="fold")
-        if d["gpu"]:
-            _row(t, "gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
-        if d.get("machine"):
-            _row(t, "cpu architecture", d["machine"], "Linux aarch64 wheels; linux/arm64 images (build on an Arm host)")
-        tk = d["toolkit"]
-        _row(t, "platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
-        if d["min_driver"]:
-            _row(t, "driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
-        if d["images"]["devel"]:
-            _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
-        wheels, cuda = result.solution.toolkit_wheels, result.solution.cuda
-        if wheels and cuda is not None:
-            from envkit.core.planner.context import NVCC_WHEEL_SINCE
-
-            usable = cuda.version >= NVCC_WHEEL_SINCE
-            _row(t, "toolkit wheels", "--toolkit pip" if usable else "(ptxas only)", " ".join(w.pin for w in wheels) + (
-                 "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)" if usable else
-                 f"\n(no nvcc in the wheels before CUDA {NVCC_WHEEL_SINCE}: the devel image builds)"))
-        _row(t, "python", d["python"], "")
-        tt = d["torch"]
-        _row(t, "torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
-        if d["flash_attn"]:
-            f = d["flash_attn"]
-            detail = f["wheel"] if f["build"] == "wheel" else f"build from source for {';'.join(f['arch_list'])}"
-            _row(t, "flash-attn", f"{f['version']} ({f['build']})", detail)
-        if d["vllm"]:
-            _row(t, "vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
-        if d.get("engine"):
-            e = d["engine"]
-            b = e.get("build")
-            target = f" for sm_{b['cuda_arch']}" if b and b.get("cuda_arch") else ""
-            how = f"compiled from {b['tag']} ({b['commit'][:12]}){target}: {b['archive']}" if b else " ".join(e["packages"] + e["no_deps"])
-            _row(t, "engine", f"{e['engine']} {e['version']}" + (" (source)" if b else ""), how)
-        for k in d["kernels"]:
-            _row(t, f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
-                 f"archs {';'.join(k['arch_list'])}")
-        c.print(t)
-        for n in d["notes"]:
-            c.print(f"  note: {escape(n)}")
+        _print_solution(c, result.solution)
     elif result.engine is not None:
         _print_engine(c, result.engine.to_json())
     else:
-        asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
-        c.print(f"[{RULE_STYLE}]no consistent stack[/] for {_e(asked or 'the default target')}")
-        t = Table(show_header=True, header_style="bold")
-        t.add_column("rule", style="red")
-        t.add_column("conflict", overflow="fold")
-        t.add_column("fix", overflow="fold")
-        for x in result.conflicts:
-            _row(t, x.rule, x.message, x.fix)
-        c.print(t)
-        for x in result.conflicts:
-            c.print(f"  source of {_e(x.rule)}: {_e(x.source)}")
-        for key, sol in result.suggestions:
-            c.print(f"  without {FLAG[key]}: " + _e(", ".join(f"{k} {v}" for k, v in sol.items())))
+        _print_conflicts(c, result)
     for w in result.warnings:
         c.print(f"  [yellow]warning:[/] {escape(w)}")
+
+
+def _print_solution(c: Console, sol: Any) -> None:
+    d = sol.to_json()
+    t = Table(title="envkit resolve: solution", show_header=True, header_style="bold")
+    t.add_column("component")
+    t.add_column("choice")
+    t.add_column("artifact / detail", overflow="fold")
+    if d["gpu"]:
+        _row(t, "gpu", f"{d['gpu']['name']}", d["gpu"]["arch"])
+    if d.get("machine"):
+        _row(t, "cpu architecture", d["machine"], "Linux aarch64 wheels; linux/arm64 images (build on an Arm host)")
+    tk = d["toolkit"]
+    _row(t, "platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
+    if d["min_driver"]:
+        _row(t, "driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
+    if d["images"]["devel"]:
+        _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
+    if sol.toolkit_wheels and sol.cuda is not None:
+        from envkit.core.planner.context import NVCC_WHEEL_SINCE
+
+        usable = sol.cuda.version >= NVCC_WHEEL_SINCE
+        _row(t, "toolkit wheels", "--toolkit pip" if usable else "(ptxas only)", " ".join(w.pin for w in sol.toolkit_wheels) + (
+             "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)" if usable else
+             f"\n(no nvcc in the wheels before CUDA {NVCC_WHEEL_SINCE}: the devel image builds)"))
+    _row(t, "python", d["python"], "")
+    tt = d["torch"]
+    _row(t, "torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")
+    _solution_packages(t, d)
+    c.print(t)
+    for n in d["notes"]:
+        c.print(f"  note: {escape(n)}")
+
+
+def _solution_packages(t: Table, d: dict[str, Any]) -> None:
+    """The rows after torch: flash-attn, vLLM, the engine and the csrc kernels."""
+    if d["flash_attn"]:
+        f = d["flash_attn"]
+        detail = f["wheel"] if f["build"] == "wheel" else f"build from source for {';'.join(f['arch_list'])}"
+        _row(t, "flash-attn", f"{f['version']} ({f['build']})", detail)
+    if d["vllm"]:
+        _row(t, "vllm", d["vllm"]["version"], d["vllm"]["wheel"] or "build from source")
+    if d.get("engine"):
+        e = d["engine"]
+        b = e.get("build")
+        target = f" for sm_{b['cuda_arch']}" if b and b.get("cuda_arch") else ""
+        how = f"compiled from {b['tag']} ({b['commit'][:12]}){target}: {b['archive']}" if b else " ".join(e["packages"] + e["no_deps"])
+        _row(t, "engine", f"{e['engine']} {e['version']}" + (" (source)" if b else ""), how)
+    for k in d["kernels"]:
+        _row(t, f"kernel {k['name']}", k["module"], f"from flash-attn {k['flash_attn_sdist']} sdist, setup.py {k['setup_py']}, "
+             f"archs {';'.join(k['arch_list'])}")
+
+
+def _print_conflicts(c: Console, result: Result) -> None:
+    asked = " ".join(f"{FLAG[k]} {v!r}" for k, v in result.query.given)
+    c.print(f"[{RULE_STYLE}]no consistent stack[/] for {_e(asked or 'the default target')}")
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("rule", style="red")
+    t.add_column("conflict", overflow="fold")
+    t.add_column("fix", overflow="fold")
+    for x in result.conflicts:
+        _row(t, x.rule, x.message, x.fix)
+    c.print(t)
+    for x in result.conflicts:
+        c.print(f"  source of {_e(x.rule)}: {_e(x.source)}")
+    for key, sol in result.suggestions:
+        c.print(f"  without {FLAG[key]}: " + _e(", ".join(f"{k} {v}" for k, v in sol.items())))
 
 
 def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]]:

@@ -156,12 +156,9 @@ def _walk(arg: str, root: Path) -> tuple[list[tuple[str, str]], list[tuple[str, 
     carried: list[tuple[str, str]] = []
     left: list[tuple[str, str]] = []
 
-    def refuse(rel: str, what: str, fix: str) -> InputError:
-        return InputError(f"--serve {arg}: {shown(rel)} {what}", fix)
-
     def unreadable(exc: OSError) -> None:
         rel = Path(exc.filename).relative_to(root).as_posix() if exc.filename else "?"
-        raise refuse(rel + "/", f"cannot be read: {exc.strerror or exc}", "make it readable, or move it out of the directory")
+        raise _refuse(arg, rel + "/", f"cannot be read: {exc.strerror or exc}", "make it readable, or move it out of the directory")
 
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=unreadable):
         here = Path(dirpath).relative_to(root).as_posix()
@@ -177,45 +174,53 @@ def _walk(arg: str, root: Path) -> tuple[list[tuple[str, str]], list[tuple[str, 
                 keep.append(d)
         dirnames[:] = keep
         for f in sorted(filenames):
-            rel, path = prefix + f, os.path.join(dirpath, f)
-            if f.startswith("."):
-                left.append((shown(rel), _HIDDEN.get(f, "hidden")))
-                continue
-            if rel == LISTING:
-                left.append((rel, "envkit writes the model's own SHA256SUMS"))
-                continue
-            group, why = classify(rel, auto_map)
-            real = os.path.realpath(path)
-            if os.path.islink(path):
-                if not os.path.exists(real):
-                    left.append((shown(rel), "a broken link"))
-                    continue
-                if not _inside(real, roots):
-                    if group is not None:
-                        raise refuse(rel, "is a link to a file outside the model directory (refused: the image would carry "
-                                          "whatever it points to)",
-                                     "copy the file into the directory (cp --remove-destination \"$(readlink -f FILE)\" FILE), "
-                                     "or pass the directory that holds it")
-                    left.append((shown(rel), "a link out of the model directory"))
-                    continue
-            try:
-                mode = os.stat(real).st_mode
-            except OSError as exc:
-                if group is None:
-                    left.append((shown(rel), f"cannot be read ({exc.strerror or exc})"))
-                    continue
-                raise refuse(rel, f"cannot be read: {exc.strerror or exc}", "make it readable, or move it out of the directory") from None
-            if not stat.S_ISREG(mode):
-                left.append((shown(rel), "not a regular file (a FIFO, socket or device)"))
-                continue
-            if group is None:
-                left.append((shown(rel), why))
-                continue
-            if not rel.isprintable() or "\\" in rel:
-                raise refuse(rel, "has a control character, a backslash or bytes that are not UTF-8 in its name",
-                             "rename it (a server loads it by a plain name)")
-            carried.append((rel, real))
+            rel = prefix + f
+            real, why = _judge_file(arg, rel, os.path.join(dirpath, f), auto_map, roots)
+            if real is not None:
+                carried.append((rel, real))
+            else:
+                left.append((rel if rel == LISTING else shown(rel), why))
     return sorted(carried), sorted(left)
+
+
+def _refuse(arg: str, rel: str, what: str, fix: str) -> InputError:
+    return InputError(f"--serve {arg}: {shown(rel)} {what}", fix)
+
+
+def _judge_file(arg: str, rel: str, path: str, auto_map: bool, roots: tuple[str, ...]) -> tuple[Optional[str], str]:
+    """One file of the model directory: (the file to read, "") where the image carries it, else (None, why it is left
+    out); a file the server loads that cannot be carried safely is refused."""
+    name = rel.rpartition("/")[2]
+    if name.startswith("."):
+        return None, _HIDDEN.get(name, "hidden")
+    if rel == LISTING:
+        return None, "envkit writes the model's own SHA256SUMS"
+    group, why = classify(rel, auto_map)
+    real = os.path.realpath(path)
+    if os.path.islink(path):
+        if not os.path.exists(real):
+            return None, "a broken link"
+        if not _inside(real, roots):
+            if group is not None:
+                raise _refuse(arg, rel, "is a link to a file outside the model directory (refused: the image would carry "
+                                        "whatever it points to)",
+                              "copy the file into the directory (cp --remove-destination \"$(readlink -f FILE)\" FILE), "
+                              "or pass the directory that holds it")
+            return None, "a link out of the model directory"
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as exc:
+        if group is None:
+            return None, f"cannot be read ({exc.strerror or exc})"
+        raise _refuse(arg, rel, f"cannot be read: {exc.strerror or exc}", "make it readable, or move it out of the directory") from None
+    if not stat.S_ISREG(mode):
+        return None, "not a regular file (a FIFO, socket or device)"
+    if group is None:
+        return None, why
+    if not rel.isprintable() or "\\" in rel:
+        raise _refuse(arg, rel, "has a control character, a backslash or bytes that are not UTF-8 in its name",
+                      "rename it (a server loads it by a plain name)")
+    return real, ""
 
 
 def read_model(path: str, say: Callable[[str], None]) -> ModelTree:

@@ -318,6 +318,42 @@ def request_seconds(timeout: float, deadline: Optional[float]) -> tuple[float, b
     return (left, True) if left < timeout else (timeout, False)
 
 
+def _read_stream(resp: Any, dog: Any, endpoint: str, output_len: int, start: float, res: RequestResult,
+                 api_key: Optional[str]) -> tuple[int, Optional[float]]:
+    """Read the server's event stream into `res` (its tokens' times, counts and any error); (token events, when the
+    last arrived)."""
+    last = None
+    tokens = 0
+    limit = max_events(output_len)
+    while True:
+        line = read_line(resp)
+        now = time.perf_counter()  # the chunk's arrival, before it is parsed (as vLLM's client times it)
+        dog.check()
+        if not line:
+            break
+        chunk = parse_chunk(line, endpoint)
+        if chunk.done:
+            break
+        if chunk.error:
+            res.error = redact(chunk.error, api_key)
+            break
+        if chunk.completion_tokens is not None:
+            res.output_tokens = chunk.completion_tokens
+        if chunk.prompt_tokens:
+            res.prompt_tokens = chunk.prompt_tokens
+        if chunk.token:
+            tokens += 1
+            if tokens > limit:
+                raise ValueError(f"the server streamed more than {limit} token events for max_tokens {output_len}")
+            res.output_chars += len(chunk.text)
+            if last is None:
+                res.ttft = now - start
+            else:
+                res.itl.append(now - last)
+            last = now
+    return tokens, last
+
+
 def one_request(url: str, model: str, prompt: Any, output_len: int, timeout: float = REQUEST_TIMEOUT_S, api_key: Optional[str] = None,
                 endpoint: str = "completions", extras: bool = True, deadline: Optional[float] = None) -> RequestResult:
     """One streamed request to `endpoint` (completions or chat); prompt is text or a list of token ids. The whole
@@ -338,35 +374,7 @@ def one_request(url: str, model: str, prompt: Any, output_len: int, timeout: flo
             res.error = redact(f"HTTP {resp.status}: {_window(resp).decode(errors='replace')}", api_key)
             dog.check()
             return res
-        last = None
-        tokens = 0
-        limit = max_events(output_len)
-        while True:
-            line = read_line(resp)
-            now = time.perf_counter()  # the chunk's arrival, before it is parsed (as vLLM's client times it)
-            dog.check()
-            if not line:
-                break
-            chunk = parse_chunk(line, endpoint)
-            if chunk.done:
-                break
-            if chunk.error:
-                res.error = redact(chunk.error, api_key)
-                break
-            if chunk.completion_tokens is not None:
-                res.output_tokens = chunk.completion_tokens
-            if chunk.prompt_tokens:
-                res.prompt_tokens = chunk.prompt_tokens
-            if chunk.token:
-                tokens += 1
-                if tokens > limit:
-                    raise ValueError(f"the server streamed more than {limit} token events for max_tokens {output_len}")
-                res.output_chars += len(chunk.text)
-                if last is None:
-                    res.ttft = now - start
-                else:
-                    res.itl.append(now - last)
-                last = now
+        tokens, last = _read_stream(resp, dog, endpoint, output_len, start, res, api_key)
         res.latency = (last - start) if last is not None else time.perf_counter() - start  # vLLM: up to the last token
         res.output_tokens = res.output_tokens or tokens
         res.ok = tokens > 0 and not res.error

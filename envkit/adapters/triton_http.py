@@ -147,6 +147,38 @@ def error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {text}"
 
 
+def _read_stream(resp: Any, dog: Any, output_len: int, start: float, res: RequestResult, api_key: Optional[str]) -> tuple[int, Optional[float]]:
+    """Read generate_stream's events into `res` (the token events' times, the prompt's tokens, any error); (tokens,
+    when the last token event arrived)."""
+    last = None
+    tokens = events = 0
+    limit = max_events(output_len)
+    while True:
+        line = read_line(resp)
+        dog.check()
+        if not line:
+            break
+        ev = parse_event(line)
+        if ev.error:
+            res.error, res.broken = redact(ev.error, api_key), ev.broken
+            break
+        if ev.input_tokens is not None:
+            res.prompt_tokens = ev.input_tokens
+        if not ev.tokens:
+            continue
+        now = time.perf_counter()
+        tokens += ev.tokens
+        events += 1
+        if events > limit or not count_ok(tokens):
+            raise ValueError(f"the server streamed more than {limit} token events or 2**53 tokens for max_tokens {output_len}")
+        if last is None:
+            res.ttft = now - start
+        else:
+            res.itl.append(now - last)
+        last = now
+    return tokens, last
+
+
 def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len: int, timeout: float = REQUEST_TIMEOUT_S,
                 api_key: Optional[str] = None, nest: bool = False, deadline: Optional[float] = None) -> RequestResult:
     """One streamed generate_stream request. TTFT is the first event with tokens, ITL the gaps between such events,
@@ -167,32 +199,7 @@ def one_request(url: str, model: str, prompt: Union[str, list[int]], output_len:
             res.error = redact(error_message(resp.status, _window(resp)), api_key)
             dog.check()
             return res
-        last = None
-        tokens = events = 0
-        limit = max_events(output_len)
-        while True:
-            line = read_line(resp)
-            dog.check()
-            if not line:
-                break
-            ev = parse_event(line)
-            if ev.error:
-                res.error, res.broken = redact(ev.error, api_key), ev.broken
-                break
-            if ev.input_tokens is not None:
-                res.prompt_tokens = ev.input_tokens
-            if not ev.tokens:
-                continue
-            now = time.perf_counter()
-            tokens += ev.tokens
-            events += 1
-            if events > limit or not count_ok(tokens):
-                raise ValueError(f"the server streamed more than {limit} token events or 2**53 tokens for max_tokens {output_len}")
-            if last is None:
-                res.ttft = now - start
-            else:
-                res.itl.append(now - last)
-            last = now
+        tokens, last = _read_stream(resp, dog, output_len, start, res, api_key)
         res.latency = (last - start) if last is not None else time.perf_counter() - start
         res.output_tokens = tokens
         res.ok = tokens > 0 and not res.error

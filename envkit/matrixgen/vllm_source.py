@@ -978,12 +978,18 @@ def _ordered_unique(xs: Iterable[str]) -> list[str]:
 
 
 def derive_row(e: dict[str, Any]) -> dict[str, Any]:
-    v = e["version"]
+    """One release's row from its extract; `nulls` says why each field without a value has none."""
+    row: dict[str, Any] = {"version": e["version"]}
     nulls: dict[str, str] = {}
-    md = e.get("metadata")
-    row: dict[str, Any] = {"version": v}
+    for part in (_row_torch, _row_python, _row_wheel_cuda, _row_archs, _row_build_arch_list, _row_other_cuda_variants, _row_source):
+        part(e, row, nulls)
+    row["nulls"] = {k: nulls[k] for k in sorted(nulls)}
+    return row
 
-    # torch
+
+def _row_torch(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """Torch: the wheel's METADATA requirement, else the sdist's requirements files."""
+    md = e.get("metadata")
     if md is not None:
         tl = applicable(md["requires_dist"].get("torch", []))
         if len(tl) == 1:
@@ -1006,7 +1012,10 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
             row["torch"] = None
             nulls["torch"] = "no wheel, and the sdist's requirements files pin no single torch" if not specs else f"several torch lines: {specs}"
 
-    # python, wheel
+
+def _row_python(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """Python and the wheel: Requires-Python against the Linux x86_64 wheels' tags."""
+    md = e.get("metadata")
     has = e.get("has") or {}
     x86 = has.get("linux_x86_64_wheels") or []
     if md is not None:
@@ -1020,7 +1029,10 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
         row["python"], row["wheel_tag"], row["wheel"], row["wheels"] = None, None, None, []
         nulls["python"] = nulls["wheel"] = nulls["wheel_tag"] = "PyPI has no Linux x86_64 wheel for this release"
 
-    # CUDA of the wheel
+
+def _row_wheel_cuda(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """The wheel's CUDA: the extract's main_cuda and the libcudart its extensions link."""
+    md = e.get("metadata")
     mc = e.get("main_cuda") or {}
     row["wheel_cuda"] = mc.get("value")
     row["wheel_cuda_basis"] = mc.get("basis")
@@ -1032,7 +1044,9 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
         nulls["wheel_cuda_major"] = "no wheel" if md is None else "no extension read links libcudart"
     row["torch_pypi_cuda"] = (e.get("torch_pypi_cuda") or {}).get("value")
 
-    # archs
+
+def _row_archs(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """The CUDA and ROCm arch lists: CMakeLists.txt's (the branch the wheel's CUDA selects), else setup.py's."""
     cm = e.get("cmake")
     sp = e.get("setup_py") or {}
     row["cuda_archs"] = row["rocm_archs"] = row["min_cc"] = None
@@ -1091,7 +1105,9 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
     tsv = {k: s["list"] for k, s in (cm or {}).get("vars", {}).items() if k.startswith("TORCH_SUPPORTED_VERSION") and not s["conditional"]}
     row["cmake_torch"] = tsv or None
 
-    # what the release pipeline compiled the wheel for (x86_64 build whose CUDA is the wheel's)
+
+def _row_build_arch_list(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """What the release pipeline compiled the wheel for (the x86_64 build whose CUDA is the wheel's)."""
     pipe = e.get("release_pipeline") or {}
     builds = [b for b in pipe.get("wheel_builds") or [] if b["platform"] == "x86_64" and b.get("cuda_version")]
     row["build_arch_list"] = None
@@ -1120,7 +1136,11 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
                 else:
                     nulls["build_arch_list"] = f"step {b['label']!r} passes no torch_cuda_arch_list and {b['dockerfile']} gives the build stage no default"
 
-    # other CUDA variants stated
+
+def _row_other_cuda_variants(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """The other CUDA variants the docs, the release pipeline and the release scripts state."""
+    pipe = e.get("release_pipeline") or {}
+    builds = [b for b in pipe.get("wheel_builds") or [] if b["platform"] == "x86_64" and b.get("cuda_version")]
     var = e.get("variants")
     if var is None:
         row["other_cuda_variants"] = None
@@ -1135,7 +1155,11 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
             "release_scripts": scripts,
         }
 
-    # citations
+
+def _row_source(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
+    """The citations: the wheel's and the sdist's members read; yanked."""
+    md = e.get("metadata")
+    has = e.get("has") or {}
     src: dict[str, Any] = {}
     if md is not None:
         ext = e.get("wheel_extensions") or {}
@@ -1146,8 +1170,6 @@ def derive_row(e: dict[str, Any]) -> dict[str, Any]:
         src["sdist"] = {"citation": e["sdist"]["citation"], "members": used}
     row["source"] = src
     row["yanked"] = bool(has.get("all_yanked"))
-    row["nulls"] = {k: nulls[k] for k in sorted(nulls)}
-    return row
 
 
 def derive(extracts: list[dict[str, Any]]) -> list[dict[str, Any]]:

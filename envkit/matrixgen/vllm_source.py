@@ -709,6 +709,92 @@ def _scan_wheel_extensions(w: pypi.PyPIFile) -> dict[str, Any]:
     return {"read": read, "libcudart": cudart, "toolkit_paths": [{"cuda": k, "text": v} for k, v in sorted(paths.items(), key=lambda kv: _vkey(kv[0]))]}
 
 
+def _extract_metadata(x86: list[pypi.PyPIFile], say: Callable[[str], None], missing: dict[str, str]) -> Optional[dict[str, Any]]:
+    """The newest Linux x86_64 wheel's METADATA (PEP 658's, else the wheel member), and whether the other x86_64 wheels
+    pin the same; None without such a wheel."""
+    wheel = x86[-1] if x86 else None
+    if wheel is None:
+        missing["metadata"] = "PyPI has no Linux x86_64 wheel for this release"
+        return None
+    say(f"  METADATA of {wheel.filename}")
+    md = pypi.metadata_fields(pypi.wheel_metadata(wheel))
+    req = _requirement_lines(md)
+    rp = md.get("Requires-Python")
+    others = {}
+    for f in x86[:-1]:
+        omd = pypi.metadata_fields(pypi.wheel_metadata(f))
+        oreq = _requirement_lines(omd)
+        others[f.filename] = {"same_pins": oreq == req and omd.get("Requires-Python") == rp}
+    metadata = {
+        "wheel": wheel.filename, "citation": wheel.citation, "source": "PEP 658 .metadata" if wheel.has_metadata else "wheel member METADATA",
+        "requires_python": rp[0] if rp else None, "requires_dist": req["pinned"], "requires_dist_nvidia": req["nvidia"],
+        "wheel_tags": sorted(str(t) for t in parse_wheel_filename(wheel.filename)[3]),
+        "other_x86_64_wheels": others,
+    }
+    if not rp:
+        missing["metadata.requires_python"] = "the wheel's METADATA has no Requires-Python"
+    return metadata
+
+
+def _extract_pipeline_and_variants(doc: dict[str, Any], members: dict[str, str], sdist: Optional[pypi.PyPIFile], version: str,
+                                   missing: dict[str, str]) -> None:
+    """The sdist's release pipeline, Dockerfiles, docs and release scripts: what the wheel was built with, and the other
+    CUDA variants they state."""
+    pipe = members.get(".buildkite/release-pipeline.yaml")
+    if pipe is None:
+        doc["release_pipeline"] = None
+    else:
+        if sdist is None:
+            raise Unrecognised(f".buildkite/release-pipeline.yaml: read as an sdist member, but {version} has no sdist")
+        doc["release_pipeline"] = {
+            "source": {"artifact": sdist.filename, "citation": sdist.citation, "member": ".buildkite/release-pipeline.yaml"},
+            **parse_release_pipeline(pipe)}
+    dockerfiles = {}
+    for name in ("Dockerfile", "docker/Dockerfile"):
+        if name in members:
+            dockerfiles[name] = parse_dockerfile(members[name])
+    doc["dockerfiles"] = dockerfiles or None
+    doc_lines: list[dict[str, Any]] = []
+    for name in sorted(members):
+        if name.startswith("docs/"):
+            doc_lines += doc_statements(name, members[name])
+    script_lines: list[dict[str, Any]] = []
+    for name in (".buildkite/scripts/annotate-release.sh", ".buildkite/scripts/upload-wheels.sh", ".buildkite/upload-wheels.sh",
+                 ".buildkite/scripts/upload-release-wheels-pypi.sh"):
+        if name in members:
+            script_lines += script_statements(name, members[name])
+    if sdist is None:
+        doc["variants"] = None
+        missing["variants"] = "no sdist on PyPI"
+    elif not doc_lines and not script_lines and not (doc["release_pipeline"] or {}).get("wheel_builds"):
+        doc["variants"] = None
+        missing["variants"] = "the sdist states no other CUDA variant (no docs, release pipeline or release script lines)"
+    else:
+        doc["variants"] = {"docs": doc_lines, "docs_cuda": docs_cuda(doc_lines), "release_scripts": script_lines}
+
+
+
+def _sdist_torch_lines(members: dict[str, str]) -> list[dict[str, Any]]:
+    """The torch lines of the sdist's requirements files (a release without a wheel pins torch there)."""
+    lines = []
+    for name in ("requirements.txt", "requirements-cuda.txt", "requirements/cuda.txt"):
+        for i, l in enumerate(_lines(members.get(name, "")), 1):
+            if re.match(r"\s*torch\b(?![-\w])", l):
+                lines.append({"file": name, "line": i, "text": l.strip()})
+    return lines
+
+
+def _torch_pin_cuda(metadata: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """The CUDA of torch's own PyPI wheel where the release pins one exact torch."""
+    tl = applicable(metadata["requires_dist"].get("torch", []))
+    pin = _exact_pin(tl[0]) if len(tl) == 1 else None
+    if pin:
+        say(f"  torch {pin} METADATA")
+        return {"pin": tl[0], **torch_pypi_cuda(pin)}
+    return {"pin": tl[0] if tl else None, "value": None,
+            "reason": "no torch requirement" if not tl else "the torch requirement is not one exact version"}
+
+
 def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Everything PyPI's artifacts of one vLLM release state (see the module docstring)."""
     if files is None:
@@ -725,27 +811,7 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
 
     # ---- wheel METADATA
     wheel = x86[-1] if x86 else None
-    if wheel is None:
-        doc["metadata"] = None
-        missing["metadata"] = "PyPI has no Linux x86_64 wheel for this release"
-    else:
-        say(f"  METADATA of {wheel.filename}")
-        md = pypi.metadata_fields(pypi.wheel_metadata(wheel))
-        req = _requirement_lines(md)
-        rp = md.get("Requires-Python")
-        others = {}
-        for f in x86[:-1]:
-            omd = pypi.metadata_fields(pypi.wheel_metadata(f))
-            oreq = _requirement_lines(omd)
-            others[f.filename] = {"same_pins": oreq == req and omd.get("Requires-Python") == rp}
-        doc["metadata"] = {
-            "wheel": wheel.filename, "citation": wheel.citation, "source": "PEP 658 .metadata" if wheel.has_metadata else "wheel member METADATA",
-            "requires_python": rp[0] if rp else None, "requires_dist": req["pinned"], "requires_dist_nvidia": req["nvidia"],
-            "wheel_tags": sorted(str(t) for t in parse_wheel_filename(wheel.filename)[3]),
-            "other_x86_64_wheels": others,
-        }
-        if not rp:
-            missing["metadata.requires_python"] = "the wheel's METADATA has no Requires-Python"
+    doc["metadata"] = _extract_metadata(x86, say, missing)
 
     # ---- sdist members
     members: dict[str, str] = {}
@@ -787,12 +853,7 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
 
     # ---- torch pin fallback for releases without a wheel: the sdist's requirements files
     if doc["metadata"] is None and members:
-        lines = []
-        for name in ("requirements.txt", "requirements-cuda.txt", "requirements/cuda.txt"):
-            for i, l in enumerate(_lines(members.get(name, "")), 1):
-                if re.match(r"\s*torch\b(?![-\w])", l):
-                    lines.append({"file": name, "line": i, "text": l.strip()})
-        doc["sdist_torch_lines"] = lines
+        doc["sdist_torch_lines"] = _sdist_torch_lines(members)
 
     # ---- the wheel's extensions
     if wheel is not None:
@@ -802,50 +863,10 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
         doc["wheel_extensions"] = None
 
     # ---- torch's own PyPI CUDA for an exact pin
-    tp = None
-    if doc["metadata"] is not None:
-        tl = applicable(doc["metadata"]["requires_dist"].get("torch", []))
-        pin = _exact_pin(tl[0]) if len(tl) == 1 else None
-        if pin:
-            say(f"  torch {pin} METADATA")
-            tp = {"pin": tl[0], **torch_pypi_cuda(pin)}
-        else:
-            tp = {"pin": tl[0] if tl else None, "value": None,
-                  "reason": "no torch requirement" if not tl else "the torch requirement is not one exact version"}
-    doc["torch_pypi_cuda"] = tp
+    doc["torch_pypi_cuda"] = None if doc["metadata"] is None else _torch_pin_cuda(doc["metadata"], say)
 
     # ---- release pipeline, Dockerfile, docs, release scripts
-    pipe = members.get(".buildkite/release-pipeline.yaml")
-    if pipe is None:
-        doc["release_pipeline"] = None
-    else:
-        if sdist is None:
-            raise Unrecognised(f".buildkite/release-pipeline.yaml: read as an sdist member, but {version} has no sdist")
-        doc["release_pipeline"] = {
-            "source": {"artifact": sdist.filename, "citation": sdist.citation, "member": ".buildkite/release-pipeline.yaml"},
-            **parse_release_pipeline(pipe)}
-    dockerfiles = {}
-    for name in ("Dockerfile", "docker/Dockerfile"):
-        if name in members:
-            dockerfiles[name] = parse_dockerfile(members[name])
-    doc["dockerfiles"] = dockerfiles or None
-    doc_lines: list[dict[str, Any]] = []
-    for name in sorted(members):
-        if name.startswith("docs/"):
-            doc_lines += doc_statements(name, members[name])
-    script_lines: list[dict[str, Any]] = []
-    for name in (".buildkite/scripts/annotate-release.sh", ".buildkite/scripts/upload-wheels.sh", ".buildkite/upload-wheels.sh",
-                 ".buildkite/scripts/upload-release-wheels-pypi.sh"):
-        if name in members:
-            script_lines += script_statements(name, members[name])
-    if sdist is None:
-        doc["variants"] = None
-        missing["variants"] = "no sdist on PyPI"
-    elif not doc_lines and not script_lines and not (doc["release_pipeline"] or {}).get("wheel_builds"):
-        doc["variants"] = None
-        missing["variants"] = "the sdist states no other CUDA variant (no docs, release pipeline or release script lines)"
-    else:
-        doc["variants"] = {"docs": doc_lines, "docs_cuda": docs_cuda(doc_lines), "release_scripts": script_lines}
+    _extract_pipeline_and_variants(doc, members, sdist, version, missing)
 
     doc["main_cuda"] = main_cuda(doc)
     if doc["main_cuda"]["value"] is None:

@@ -1011,67 +1011,78 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
         tip = _tip_at(builder, f"release/{v.major}.{v.minor}", when)
         build_docker = _file_at(builder, BUILDER_URL, tip, BUILD_DOCKER) if tip else None
 
-    for cuda in cudas:
-        name = "cu" + cuda.replace(".", "")
-        ent: dict[str, Any] = {"name": name, "cuda": cuda, "archs": None, "ptx": None, "torch_cuda_arch_list": None,
-                               "evidence": [], "on_pypi": name == pypi_local}
-        if listing_ev and cuda in (found[1]["CUDA_ARCHES_DICT"]["test"] if found else []):
-            ent["evidence"].append({"what": "published: listed in the release candidate's build matrix", **listing_ev})
-        script = None
-        if build_cuda:
-            try:
-                script = cuda_arch_list_from_build_cuda(build_cuda["text"], cuda)
-            except Unrecognised as exc:
-                ent["script_reason"] = str(exc)
-        if script and build_cuda:  # a script is only read from build_cuda
-            toks = arch_list_tokens(script["arch_list"])
-            ent.update({"archs": toks["sm"], "ptx": toks["ptx"] or None, "torch_cuda_arch_list": script["arch_list"]})
-            ent["evidence"].append({"what": f"TORCH_CUDA_ARCH_LIST for CUDA {cuda} (x86_64); builder's manywheel scripts built "
-                                            f"the release binaries until {MOVE_PR} (2024-10-18)",
-                                    **_evidence(build_cuda, script["lines"])})
-        if name == pypi_local and measured and len(measured["arch_flags"]["strings"]) == 1:
-            flags = measured["arch_flags"]["strings"][0]
-            parts = split_arch_flags(flags)
-            ent["evidence"].append({"what": "measured: CUDA_ARCH_FLAGS in the PyPI wheel of the same build",
-                                    "url_at_commit": measured["wheel"]["citation"],
-                                    "lines": [{"member": LIBTORCH_PYTHON, "text": flags},
-                                              {"member": VERSION_PY, "text": next(l for l in measured["version_py"]["evidence"] if l.startswith("__version__"))}]})
-            if script:
-                same = toks["sm"] == parts["sm"] and toks["ptx"] == parts["ptx"]
-                ent["script_matches_measurement"] = same
-                if not same:
-                    ent["reason"] = "the build script and the measured wheel disagree; the measurement is kept"
-            ent.update({"archs": parts["sm"], "ptx": parts["ptx"] or None, "torch_cuda_arch_list": arch_list_form(flags)})
-        published = any(e["what"].startswith(("published", "measured")) for e in ent["evidence"])
-        ent["status"] = "verified" if published and ent["archs"] is not None else "not-found"
-        if ent["status"] == "not-found" and "reason" not in ent:
-            ent["reason"] = ("arch list: " + (f"no builder script for {version} (pytorch/pytorch .ci/manywheel/build_cuda.sh "
-                                               f"at {ext['git']['commit']} could not be read here)" if v >= BUILDER_CUDA_UNTIL
-                                               else ent.get("script_reason", "builder script not found"))) if published \
-                else "not listed in a build matrix found for this release"
-        ent["published"] = "verified" if published else "not-found"
-        out["variants"].append(ent)
-
-    for rocm in rocms:
-        if listing_ev is None:  # rocms come from the build matrix, which sets listing_ev
-            raise Unrecognised(f"ROCm {rocm} listed without the build matrix that lists it")
-        ent = {"name": f"rocm{rocm}", "rocm": rocm, "archs": None, "ptx": None, "evidence": [], "on_pypi": False,
-               "published": "verified"}
-        ent["evidence"].append({"what": "published: listed in the release candidate's build matrix", **listing_ev})
-        if build_docker:
-            try:
-                r = rocm_arch_from_build_docker(build_docker["text"], rocm)
-                ent["archs"] = r["gfx"]
-                ent["evidence"].append({"what": f"PYTORCH_ROCM_ARCH baked into the manylinux ROCm {rocm} builder image",
-                                        **_evidence(build_docker, r["lines"])})
-            except Unrecognised as exc:
-                ent["reason"] = f"gfx list: {exc}"
-        ent["status"] = "verified" if ent["archs"] is not None else "not-found"
-        if ent["archs"] is None and "reason" not in ent:
-            ent["reason"] = (f"gfx list: builder has no ROCm docker script for {version}; pytorch/pytorch "
-                             f".ci/docker/manywheel/build.sh at {ext['git']['commit']} could not be read here")
-        out["variants"].append(ent)
+    out["variants"] += [_cuda_variant(cuda, version, v, ext, found, listing_ev, build_cuda, measured, pypi_local) for cuda in cudas]
+    out["variants"] += [_rocm_variant(rocm, version, ext, listing_ev, build_docker) for rocm in rocms]
     return out
+
+
+def _cuda_variant(cuda: str, version: str, v: Version, ext: dict[str, Any], found: Any, listing_ev: Optional[dict[str, Any]],
+                  build_cuda: Optional[dict[str, Any]], measured: Optional[dict[str, Any]], pypi_local: Optional[str]) -> dict[str, Any]:
+    """One CUDA variant of a release: listed in the build matrix, its arch list from builder's build_cuda.sh, and for the
+    PyPI build the arch flags measured in its wheel (the measurement wins where the two disagree)."""
+    name = "cu" + cuda.replace(".", "")
+    ent: dict[str, Any] = {"name": name, "cuda": cuda, "archs": None, "ptx": None, "torch_cuda_arch_list": None,
+                           "evidence": [], "on_pypi": name == pypi_local}
+    if listing_ev and cuda in (found[1]["CUDA_ARCHES_DICT"]["test"] if found else []):
+        ent["evidence"].append({"what": "published: listed in the release candidate's build matrix", **listing_ev})
+    script = None
+    if build_cuda:
+        try:
+            script = cuda_arch_list_from_build_cuda(build_cuda["text"], cuda)
+        except Unrecognised as exc:
+            ent["script_reason"] = str(exc)
+    if script and build_cuda:  # a script is only read from build_cuda
+        toks = arch_list_tokens(script["arch_list"])
+        ent.update({"archs": toks["sm"], "ptx": toks["ptx"] or None, "torch_cuda_arch_list": script["arch_list"]})
+        ent["evidence"].append({"what": f"TORCH_CUDA_ARCH_LIST for CUDA {cuda} (x86_64); builder's manywheel scripts built "
+                                        f"the release binaries until {MOVE_PR} (2024-10-18)",
+                                **_evidence(build_cuda, script["lines"])})
+    if name == pypi_local and measured and len(measured["arch_flags"]["strings"]) == 1:
+        flags = measured["arch_flags"]["strings"][0]
+        parts = split_arch_flags(flags)
+        ent["evidence"].append({"what": "measured: CUDA_ARCH_FLAGS in the PyPI wheel of the same build",
+                                "url_at_commit": measured["wheel"]["citation"],
+                                "lines": [{"member": LIBTORCH_PYTHON, "text": flags},
+                                          {"member": VERSION_PY, "text": next(l for l in measured["version_py"]["evidence"] if l.startswith("__version__"))}]})
+        if script:
+            same = toks["sm"] == parts["sm"] and toks["ptx"] == parts["ptx"]
+            ent["script_matches_measurement"] = same
+            if not same:
+                ent["reason"] = "the build script and the measured wheel disagree; the measurement is kept"
+        ent.update({"archs": parts["sm"], "ptx": parts["ptx"] or None, "torch_cuda_arch_list": arch_list_form(flags)})
+    published = any(e["what"].startswith(("published", "measured")) for e in ent["evidence"])
+    ent["status"] = "verified" if published and ent["archs"] is not None else "not-found"
+    if ent["status"] == "not-found" and "reason" not in ent:
+        ent["reason"] = ("arch list: " + (f"no builder script for {version} (pytorch/pytorch .ci/manywheel/build_cuda.sh "
+                                           f"at {ext['git']['commit']} could not be read here)" if v >= BUILDER_CUDA_UNTIL
+                                           else ent.get("script_reason", "builder script not found"))) if published \
+            else "not listed in a build matrix found for this release"
+    ent["published"] = "verified" if published else "not-found"
+    return ent
+
+
+
+def _rocm_variant(rocm: str, version: str, ext: dict[str, Any], listing_ev: Optional[dict[str, Any]],
+                  build_docker: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """One ROCm variant of a release: listed in the build matrix, its gfx list from the builder's docker script."""
+    if listing_ev is None:  # rocms come from the build matrix, which sets listing_ev
+        raise Unrecognised(f"ROCm {rocm} listed without the build matrix that lists it")
+    ent: dict[str, Any] = {"name": f"rocm{rocm}", "rocm": rocm, "archs": None, "ptx": None, "evidence": [], "on_pypi": False,
+           "published": "verified"}
+    ent["evidence"].append({"what": "published: listed in the release candidate's build matrix", **listing_ev})
+    if build_docker:
+        try:
+            r = rocm_arch_from_build_docker(build_docker["text"], rocm)
+            ent["archs"] = r["gfx"]
+            ent["evidence"].append({"what": f"PYTORCH_ROCM_ARCH baked into the manylinux ROCm {rocm} builder image",
+                                    **_evidence(build_docker, r["lines"])})
+        except Unrecognised as exc:
+            ent["reason"] = f"gfx list: {exc}"
+    ent["status"] = "verified" if ent["archs"] is not None else "not-found"
+    if ent["archs"] is None and "reason" not in ent:
+        ent["reason"] = (f"gfx list: builder has no ROCm docker script for {version}; pytorch/pytorch "
+                         f".ci/docker/manywheel/build.sh at {ext['git']['commit']} could not be read here")
+    return ent
 
 
 def aarch64_listing(f: Optional[dict[str, Any]], version: str, when: str) -> dict[str, Any]:

@@ -795,33 +795,9 @@ def _torch_pin_cuda(metadata: dict[str, Any], say: Callable[[str], None]) -> dic
             "reason": "no torch requirement" if not tl else "the torch requirement is not one exact version"}
 
 
-def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Everything PyPI's artifacts of one vLLM release state (see the module docstring)."""
-    if files is None:
-        files = pypi.versions_of(PYPI_NAME, pypi.files(PYPI_NAME)).get(version, [])
-    files = sorted(files, key=lambda f: f.filename)
-    doc: dict[str, Any] = {"project": PYPI_NAME, "version": version, "schema": SCHEMA,
-                           "files": [_file_entry(f) for f in files]}
-    sdists = [f for f in files if f.filename.endswith((".tar.gz", ".zip"))]
-    x86 = sorted([f for f in files if _is_linux_x86_wheel(f)], key=_wheel_pref)
-    other = [f.filename for f in files if f.filename.endswith(".whl") and f not in x86]
-    doc["has"] = {"sdist": [f.filename for f in sdists], "linux_x86_64_wheels": [f.filename for f in x86],
-                  "other_wheels": other, "all_yanked": bool(files) and all(f.yanked for f in files)}
-    missing: dict[str, str] = {}
-
-    # ---- wheel METADATA
-    wheel = x86[-1] if x86 else None
-    doc["metadata"] = _extract_metadata(x86, say, missing)
-
-    # ---- sdist members
-    members: dict[str, str] = {}
-    sdist = sdists[0] if sdists else None
-    if sdist is not None:
-        say(f"  sdist {sdist.filename}")
-        members = {k: _text(v) or "" for k, v in pypi.sdist_members(sdist, _sdist_wanted).items()}
-    wheel_members = pypi.wheel_members(wheel) if wheel is not None else []
-    doc["sdist"] = None if sdist is None else {"filename": sdist.filename, "citation": sdist.citation,
-                                               "members_read": sorted(members)}
+def _extract_build_files(doc: dict[str, Any], version: str, members: dict[str, str], sdist: Optional[pypi.PyPIFile],
+                         wheel: Optional[pypi.PyPIFile], wheel_members: list[str], missing: dict[str, str]) -> None:
+    """CMakeLists.txt, setup.py and vllm/envs.py: the sdist's, else the wheel's copy, each parsed with where it was read."""
 
     def from_sdist_or_wheel(member: str) -> tuple[Optional[str], Optional[dict[str, str]]]:
         if member in members:
@@ -850,6 +826,37 @@ def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Call
     # ---- vllm/envs.py (the sdist's, else the wheel's copy)
     ev_text, ev_src = from_sdist_or_wheel("vllm/envs.py")
     doc["envs_py"] = None if ev_text is None else {"source": ev_src, **parse_envs_py(ev_text)}
+
+
+def extract(version: str, files: Optional[list[pypi.PyPIFile]] = None, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Everything PyPI's artifacts of one vLLM release state (see the module docstring)."""
+    if files is None:
+        files = pypi.versions_of(PYPI_NAME, pypi.files(PYPI_NAME)).get(version, [])
+    files = sorted(files, key=lambda f: f.filename)
+    doc: dict[str, Any] = {"project": PYPI_NAME, "version": version, "schema": SCHEMA,
+                           "files": [_file_entry(f) for f in files]}
+    sdists = [f for f in files if f.filename.endswith((".tar.gz", ".zip"))]
+    x86 = sorted([f for f in files if _is_linux_x86_wheel(f)], key=_wheel_pref)
+    other = [f.filename for f in files if f.filename.endswith(".whl") and f not in x86]
+    doc["has"] = {"sdist": [f.filename for f in sdists], "linux_x86_64_wheels": [f.filename for f in x86],
+                  "other_wheels": other, "all_yanked": bool(files) and all(f.yanked for f in files)}
+    missing: dict[str, str] = {}
+
+    # ---- wheel METADATA
+    wheel = x86[-1] if x86 else None
+    doc["metadata"] = _extract_metadata(x86, say, missing)
+
+    # ---- sdist members
+    members: dict[str, str] = {}
+    sdist = sdists[0] if sdists else None
+    if sdist is not None:
+        say(f"  sdist {sdist.filename}")
+        members = {k: _text(v) or "" for k, v in pypi.sdist_members(sdist, _sdist_wanted).items()}
+    wheel_members = pypi.wheel_members(wheel) if wheel is not None else []
+    doc["sdist"] = None if sdist is None else {"filename": sdist.filename, "citation": sdist.citation,
+                                               "members_read": sorted(members)}
+
+    _extract_build_files(doc, version, members, sdist, wheel, wheel_members, missing)
 
     # ---- torch pin fallback for releases without a wheel: the sdist's requirements files
     if doc["metadata"] is None and members:

@@ -205,6 +205,56 @@ def _python(ext: dict[str, Any], wheels: str = "linux_x86_64_wheels") -> str:
     return f">=3.{minors[0]},<3.{minors[-1] + 1}"
 
 
+def _variant_archs(row: dict[str, Any], v: dict[str, Any], pypi: dict[str, Any], notes: dict[str, Any], version: str,
+                   is_rocm: bool, inferred: list[str], sources: list[str]) -> None:
+    """A published variant's arch list (and PTX): the PyPI wheel's measured flags, the build scripts' list, else the
+    release notes' (derived from dated pull requests where they say so)."""
+    name = v["name"]
+    if v.get("on_pypi"):
+        row["pypi"] = True
+        row["archs"], ptx = pypi["archs"], pypi["ptx"]
+        if ptx:
+            row["ptx"] = ptx
+        sources.append(pypi["citation"])
+    elif v.get("status") == "verified" and v.get("archs"):
+        row["archs"] = sorted(set(v["archs"]), key=_sort_key) if is_rocm else cuda_archs(v["archs"])
+        if v.get("ptx"):
+            row["ptx"] = v["ptx"]
+        sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
+    else:
+        n = _notes_variant(notes, version, name)
+        if n is not None:
+            row["archs"] = sorted(set(n["archs"]), key=_sort_key) if is_rocm else cuda_archs(
+                [a if a.startswith("sm_") else "sm_" + a.replace(".", "") for a in n["archs"]])
+            if n.get("ptx"):
+                row["ptx"] = n["ptx"]
+            sources.extend(e["url"] for e in n.get("evidence", []))
+            if n["status"] == "derived":
+                inferred.append("arch list derived from dated pull requests")
+        else:
+            inferred.append("no source states its arch list")
+            sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
+
+
+def _variant_abi(row: dict[str, Any], v: dict[str, Any], pypi: dict[str, Any], abi: dict[str, Any], version: str,
+                 inferred: list[str], sources: list[str]) -> None:
+    """A variant's C++ ABI: measured in the PyPI build, else a statement about the variant, else the PyPI build's (inferred)."""
+    name = v["name"]
+    if v.get("on_pypi"):
+        if pypi["abi"] is None:
+            raise DeriveError(f"torch {version}: the PyPI build's C++ ABI was not measured")
+        row["cxx11abi"] = bool(pypi["abi"])
+    else:
+        st = _abi_statement(abi, version, name)
+        if st is not None:
+            row["cxx11abi"] = st[0]
+            sources.append(st[1])
+        else:
+            row["cxx11abi"] = bool(pypi["abi"])
+            row["cxx11abi_inferred"] = True
+            inferred.append("C++ ABI taken from the release's PyPI build")
+
+
 def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes: dict[str, Any], abi: dict[str, Any]) -> dict[str, Any]:
     version = ext["version"]
     pypi = _pypi(ext)
@@ -229,43 +279,8 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
             row["cuda"] = v.get("cuda")
         inferred: list[str] = []
         sources: list[str] = []
-        if v.get("on_pypi"):
-            row["pypi"] = True
-            row["archs"], ptx = pypi["archs"], pypi["ptx"]
-            if ptx:
-                row["ptx"] = ptx
-            sources.append(pypi["citation"])
-        elif v.get("status") == "verified" and v.get("archs"):
-            row["archs"] = sorted(set(v["archs"]), key=_sort_key) if is_rocm else cuda_archs(v["archs"])
-            if v.get("ptx"):
-                row["ptx"] = v["ptx"]
-            sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
-        else:
-            n = _notes_variant(notes, version, name)
-            if n is not None:
-                row["archs"] = sorted(set(n["archs"]), key=_sort_key) if is_rocm else cuda_archs(
-                    [a if a.startswith("sm_") else "sm_" + a.replace(".", "") for a in n["archs"]])
-                if n.get("ptx"):
-                    row["ptx"] = n["ptx"]
-                sources.extend(e["url"] for e in n.get("evidence", []))
-                if n["status"] == "derived":
-                    inferred.append("arch list derived from dated pull requests")
-            else:
-                inferred.append("no source states its arch list")
-                sources.extend(e["url_at_commit"] for e in v.get("evidence", []) if "url_at_commit" in e)
-        if v.get("on_pypi"):
-            if pypi["abi"] is None:
-                raise DeriveError(f"torch {version}: the PyPI build's C++ ABI was not measured")
-            row["cxx11abi"] = bool(pypi["abi"])
-        else:
-            st = _abi_statement(abi, version, name)
-            if st is not None:
-                row["cxx11abi"] = st[0]
-                sources.append(st[1])
-            else:
-                row["cxx11abi"] = bool(pypi["abi"])
-                row["cxx11abi_inferred"] = True
-                inferred.append("C++ ABI taken from the release's PyPI build")
+        _variant_archs(row, v, pypi, notes, version, is_rocm, inferred, sources)
+        _variant_abi(row, v, pypi, abi, version, inferred, sources)
         a64_matched |= _machines(row, name, a64, index)
         if inferred:
             row["confidence"] = "inferred"

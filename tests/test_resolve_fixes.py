@@ -59,4 +59,29 @@ def test_a_prebuilt_flash_attn_wheel_keeps_the_base_images_own_python():
     assert "cp310" in (sol.flash_attn.wheel or "")
     docker = g.files["Dockerfile"].decode()
     assert "[build-python]" not in docker and "RUN /usr/bin/python3.10 -m venv /opt/venv" in docker
-    assert any("the base image's own (ubuntu22.04)" in w for w in g.result.warnings)
+    assert any("the base image's own (ubuntu22.04)" in n for n in g.result.notes)
+
+
+def test_the_base_images_python_is_a_note_of_the_answer_not_a_warning():
+    """Newcomer review 3, D11: taking the base image's own Python is a decision; it was printed as a warning."""
+    from envkit.app.resolve import resolve as resolve_use_case
+    from envkit.model.flags import ResolveFlags
+
+    r = resolve_use_case(ResolveFlags(gpu="RTX 4090", cuda="11.8"), None, None)
+    assert any("the base image's own" in n for n in r.notes) and not any("the base image's own" in w for w in r.warnings)
+    assert r.to_json()["notes"] == list(r.notes)
+
+
+@pytest.mark.parametrize("gpu, cuda, floor, cuda_minimum", [("H200", "12.8", "550", "525.60.13"), ("RTX 4090", "11.8", "520", "450.80.02")])
+def test_a_gpu_whose_driver_floor_is_above_cudas_gives_one_driver_note(gpu, cuda, floor, cuda_minimum):
+    """D11: the answer said both 'needs driver >= 550' and 'driver >= 525.60.13 (minor-version compatibility)'."""
+    r = resolve(M, parse_query(M, gpu=gpu, cuda=cuda))
+    assert r.ok and str(r.solution.min_driver) == floor
+    driver_notes = [n for n in r.solution.notes if "driver >=" in n]
+    assert len(driver_notes) == 1 and f">= {floor}" in driver_notes[0] and cuda_minimum in driver_notes[0], driver_notes
+
+
+def test_dropping_the_gpu_is_suggested_only_where_nothing_else_solves_it():
+    """D11: 'without --gpu' is no fix for the GPU a user owns; dropping --flash-attn is."""
+    r = resolve(M, parse_query(M, gpu="V100", flash_attn="2"))
+    assert not r.ok and [k for k, _ in r.suggestions] == ["flash_attn"]

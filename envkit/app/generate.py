@@ -77,7 +77,7 @@ def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveF
                 and same_flash_attn(alt.solution.flash_attn, sol.flash_attn):
             note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
                     f"{sol.python} would (--python {sol.python} builds that one instead)")
-            return replace(alt, query=result.query, warnings=(note,) + alt.warnings), alt_flags
+            return replace(alt, query=result.query, notes=(note,) + alt.notes), alt_flags
     return result, flags
 
 

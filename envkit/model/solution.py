@@ -213,6 +213,7 @@ class Result:
     warnings: tuple[str, ...] = ()
     engine: Optional[EngineSolution] = None  # a container engine's answer (--engine trtllm, triton-*, fastertransformer)
     host_read: tuple[tuple[str, str], ...] = ()  # --gpu auto: what was read of the host (fact, value)
+    notes: tuple[str, ...] = ()  # how the answer was chosen (the base image's own Python...): decisions, not warnings
 
     @property
     def ok(self) -> bool:
@@ -233,6 +234,7 @@ class Result:
             "conflicts": [c.to_json() for c in self.conflicts],
             "suggestions": [{"drop": FLAG[k], "would_give": s} for k, s in self.suggestions],
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
             **({"engine": self.engine.to_json()} if self.engine is not None else {}),
             **({"host": dict(self.host_read)} if self.host_read else {}),
         }

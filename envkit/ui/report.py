@@ -104,6 +104,8 @@ def print_result(result: Result, console: Optional[Console] = None) -> None:
         _print_engine(c, result.engine.to_json())
     else:
         _print_conflicts(c, result)
+    for n in result.notes:
+        c.print(f"  note: {escape(n)}")
     for w in result.warnings:
         c.print(f"  [yellow]warning:[/] {escape(w)}")
 
@@ -121,16 +123,15 @@ def _print_solution(c: Console, sol: Any) -> None:
     tk = d["toolkit"]
     _row(t, "platform", d["platform"], f"{tk['kind']} {tk['release']}" if tk else "")
     if d["min_driver"]:
-        _row(t, "driver", f">= {d['min_driver']}", "minor-version compatibility minimum")
+        _row(t, "driver", f">= {d['min_driver']}", "the lowest driver this stack runs on (the notes say why)")
     if d["images"]["devel"]:
         _row(t, "base images", "devel / runtime", f"{d['images']['devel']}\n{d['images']['runtime']}")
     if sol.toolkit_wheels and sol.cuda is not None:
         from envkit.core.planner.context import NVCC_WHEEL_SINCE
 
-        usable = sol.cuda.version >= NVCC_WHEEL_SINCE
-        _row(t, "toolkit wheels", "--toolkit pip" if usable else "(ptxas only)", " ".join(w.pin for w in sol.toolkit_wheels) + (
-             "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)" if usable else
-             f"\n(no nvcc in the wheels before CUDA {NVCC_WHEEL_SINCE}: the devel image builds)"))
+        if sol.cuda.version >= NVCC_WHEEL_SINCE:  # before, the wheels hold no nvcc: --toolkit pip cannot build, no row
+            _row(t, "toolkit wheels", "--toolkit pip", " ".join(w.pin for w in sol.toolkit_wheels)
+                 + "\n(NVIDIA's PyPI wheels of this release, instead of the devel image)")
     _row(t, "python", d["python"], "")
     tt = d["torch"]
     _row(t, "torch", tt["pin"], (tt["index_url"] or tt["wheel"] or "") + f"\ncxx11abi={tt['cxx11abi']}")

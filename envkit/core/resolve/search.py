@@ -275,14 +275,16 @@ def _cuda_notes(m: Matrix, q: Query, b: TorchBuild, tk: CudaToolkit) -> tuple[tu
     floor, what, fsrc = driver_floor(m, g) if g is not None and g.vendor == "nvidia" else (None, "", "")
     if g is not None and floor is not None and floor > tk.min_driver:
         min_driver = floor
-        notes.append(f"{g.name} is {what}: it needs driver >= {floor}, above CUDA {tk.version}'s own minimum {tk.min_driver}")
+        notes.append(f"{g.name} is {what}: it needs driver >= {floor}, above CUDA {tk.version}'s own minor-version minimum "
+                     f"{tk.min_driver} (the toolkit ships {tk.toolkit_driver})")
         sources.append(fsrc)
     fam = m.gpu_driver(g.cc) if g is not None and g.cc is not None else None
     if g is not None and fam is not None and fam.last_branch is not None:
         notes.append(f"{g.name} is a {fam.family} GPU: R{fam.last_branch} is the last driver branch that supports it")
     if b.ptx is not None and g and g.cc and not any(sass_runs_on(a, g.cc) for a in b.ccs):
         notes.append(f"torch runs on {g.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
-    notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")
+    if min_driver == tk.min_driver:  # else the GPU's note above names both floors
+        notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")
     return tuple(notes), tuple(sources), min_driver
 
 
@@ -451,4 +453,6 @@ def _suggestions(m: Matrix, q: Query) -> tuple[tuple[str, dict[str, str]], ...]:
         alt = resolve(m, q.without(key), suggest=False)
         if alt.solution is not None:
             out.append((key, alt.solution.flat()))
-    return tuple(out)
+    # the GPU is what the user owns: "without --gpu" is offered only where dropping nothing else solves it
+    owned = [s for s in out if s[0] != "gpu"]
+    return tuple(owned or out)

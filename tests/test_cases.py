@@ -56,6 +56,10 @@ def test_case(case: dict) -> None:
                 assert key not in flat, f"{key}: got {flat[key]!r}, want none"
                 continue
             assert flat.get(key) == want, f"{key}: got {flat.get(key)!r}, want {want!r}"
+        for text in case.get("warnings", []):  # words the answer's warnings must carry
+            assert any(text in w for w in result.warnings), f"no warning says {text!r}: {list(result.warnings)}"
+        for text in case.get("no_warnings", []):
+            assert not any(text in w for w in result.warnings), f"a warning says {text!r}: {list(result.warnings)}"
     else:
         assert not result.ok, f"expected a conflict, got {result.flat()}"
         got = {c.rule for c in result.conflicts}

@@ -840,7 +840,7 @@ _TRTLLM = _Spec(Trtllm, Table.of(
     _opt("trtllm_serve", bool, bool), _SOURCE, _opt("torch", SpecifierSet), _opt("tensorrt", SpecifierSet),
     _opt("cuda", Version), _opt("archs_note"), Field("archs_removed", _cc_list, list, ()),
     Field("pip_unsupported_archs", _cc_list, list, ()), Field("fp8_archs", _cc_list, list, ()),
-    _opt("ngc_image"), _strs("unknown")))
+    _opt("support_min_cc", _cc), _opt("support_note"), _opt("ngc_image"), _strs("unknown")))
 
 _FTLLM = _Spec(Ftllm, Table.of(
     _req("package", _one_of("package", "ftllm", "ftllm-rocm")), _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet),

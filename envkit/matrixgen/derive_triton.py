@@ -92,7 +92,7 @@ def derive_triton(docs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 _TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "pip_unsupported_archs", "fp8_archs",
-                "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
+                "support_min_cc", "support_note", "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
 
 
 def derive_trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:

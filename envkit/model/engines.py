@@ -100,6 +100,8 @@ class Trtllm:
     fp8_archs: tuple[CC, ...] = ()
     ngc_image: Optional[str] = None
     unknown: tuple[str, ...] = ()
+    support_min_cc: Optional[CC] = None  # its support matrix's lowest listed arch: below it, community support only
+    support_note: Optional[str] = None  # what that support matrix lists, and its words on the rest
 
 
 @dataclass(frozen=True)

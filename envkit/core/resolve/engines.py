@@ -293,6 +293,19 @@ def _ensemble_conflicts(c: _Candidate) -> list[Conflict]:
                      "(trtllm-serve needs no model repository)", "doc:docs/engines.md (the ensemble model repository)")]
 
 
+def _support_warnings(m: Matrix, q: Query, c: _Candidate) -> tuple[str, ...]:
+    """A GPU below the lowest arch the release's support matrix lists: it may run, but NVIDIA neither develops nor
+    tests TensorRT-LLM there (its words: community support only)."""
+    r = trtllm_row(m, c.trtllm_version)
+    g = q.gpu
+    if r is None or r.support_min_cc is None or g is None or g.cc is None or g.cc >= r.support_min_cc:
+        return ()
+    page = re.search(r"https://\S*support-matrix\S*", r.source)
+    return (f"TensorRT-LLM {r.version} on {g.name} ({g.arch}): {r.support_note or 'its support matrix does not list it'}; "
+            f"{g.arch} is not listed, so it runs there with community support only"
+            + (f" ({page.group(0).rstrip(';,)')})" if page else ""),)
+
+
 def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...], bool]:
     driver, note, forward = _driver_conflicts(m, q, c)
     return (_gpu_conflicts(m, q, c) + driver + _other_conflicts(q, c) + _ensemble_conflicts(c), ((note,) if note else ()),
@@ -392,13 +405,14 @@ def resolve_engine(m: Matrix, q: Query) -> Result:
     for c in chosen:
         conflicts, notes, through_compat = _check(m, q, c)
         if not conflicts and not through_compat:  # the driver meets the container's requirement natively: preferred
-            return Result(q, None, warnings=warnings, engine=_solution(m, q, c, notes))
+            return Result(q, None, warnings=warnings + _support_warnings(m, q, c), engine=_solution(m, q, c, notes))
         if not conflicts and forward is None:
             forward = (c, notes)
         if conflicts and (best is None or len(conflicts) < len(best[0])):
             best = (conflicts, c)
     if forward is not None:
-        return Result(q, None, warnings=warnings + forward[1][:1], engine=_solution(m, q, forward[0], forward[1]))
+        return Result(q, None, warnings=warnings + forward[1][:1] + _support_warnings(m, q, forward[0]),
+                      engine=_solution(m, q, forward[0], forward[1]))
     assert best is not None
     conflicts = best[0]
     if engine != "fastertransformer":

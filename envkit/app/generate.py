@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from envkit.adapters.context_dir import load_templates, write_tree
+from envkit.app.resolve import solve
 from envkit.app.serving import Prepared, model_json, staged
 from envkit.config import matrix_file
 from envkit.config.lockfile import check_lock, make_lock, read_lock
 from envkit.config.site_file import load as load_site
-from envkit.core.planner import base_os, plan
+from envkit.core.planner import plan
 from envkit.core.planner.engine import model_archive, plan_engine
 from envkit.core.render import render, render_engine
 from envkit.core.resolve import parse_query, resolve
@@ -23,7 +24,7 @@ from envkit.model.lock import Lock
 from envkit.model.matrix import Matrix
 from envkit.model.plan import DEFAULT_HOST_MARCH, SERVE_PORT, BuildPlan, EnginePlan, Options, ToolkitSource
 from envkit.model.site import Site
-from envkit.model.solution import Result, Unsolved, same_flash_attn
+from envkit.model.solution import Result, Unsolved
 
 
 def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[str]) -> str:
@@ -45,40 +46,6 @@ def command_line(flags: ResolveFlags, site: Site, opts: Options, lock: Optional[
         parts += ["--serve=MODEL_DIR", f"--served-model-name={s.name}"] + (["--model-mount"] if s.mount else []) \
             + ([f"--serve-port={s.port}"] if s.port != SERVE_PORT else []) + [f"--serve-arg={a}" for a in s.args]
     return " ".join(shlex.quote(p) for p in parts)
-
-
-def solve(m: Matrix, flags: ResolveFlags, site: Site, host_facts: Optional[str] = None) -> tuple[Result, ResolveFlags]:
-    """Resolve; with no --python, prefer the base image's own Python when it keeps the same torch. --gpu auto is this
-    host's (or the facts file's) GPUs, driver, CPU architecture and Python first; the answer says what was read."""
-    from envkit.app import host
-    from envkit.core.resolve.auto import host_flags, wants_auto
-
-    host.needs_facts_with_auto(host_facts, wants_auto(flags))
-    if wants_auto(flags):
-        flags, read = host_flags(m, flags, host.view(host_facts))
-        result, given = _solve(m, flags, site)
-        return replace(result, host_read=read), given
-    return _solve(m, flags, site)
-
-
-def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
-    result = resolve(m, parse_query(m, flags))
-    sol = result.solution
-    if sol is None or flags.python:
-        return result, flags
-    try:
-        _, _, osr = base_os(m, sol, site)
-    except InputError:
-        return result, flags
-    if osr.python != sol.python:
-        alt_flags = replace(flags, python=str(osr.python))
-        alt = resolve(m, parse_query(m, alt_flags))
-        if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
-                and same_flash_attn(alt.solution.flash_attn, sol.flash_attn):
-            note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
-                    f"{sol.python} would (--python {sol.python} builds that one instead)")
-            return replace(alt, query=result.query, notes=(note,) + alt.notes), alt_flags
-    return result, flags
 
 
 @dataclass(frozen=True)

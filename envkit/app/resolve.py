@@ -2,16 +2,56 @@
 what `generate` builds: with no --python, the base image's own Python where that installs the same stack."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
-from envkit.app.generate import solve
 from envkit.config import matrix_file
+from envkit.core.resolve import parse_query
+from envkit.core.resolve import resolve as resolve_query
+from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
+from envkit.model.matrix import Matrix
 from envkit.model.site import Site
-from envkit.model.solution import Result
+from envkit.model.solution import Result, same_flash_attn
 
 
 def resolve(flags: ResolveFlags, matrix_path: Optional[str] = None, host_facts: Optional[str] = None) -> Result:
     """`host_facts`: with --gpu auto, a facts file recorded on the GPU host instead of this host's facts."""
     m = matrix_file.load(matrix_path)
     return solve(m, flags, Site(), host_facts)[0]
+
+
+def solve(m: Matrix, flags: ResolveFlags, site: Site, host_facts: Optional[str] = None) -> tuple[Result, ResolveFlags]:
+    """Resolve; with no --python, prefer the base image's own Python when it keeps the same torch. --gpu auto is this
+    host's (or the facts file's) GPUs, driver, CPU architecture and Python first; the answer says what was read."""
+    from envkit.app import host
+    from envkit.core.resolve.auto import host_flags, wants_auto
+
+    host.needs_facts_with_auto(host_facts, wants_auto(flags))
+    if wants_auto(flags):
+        flags, read = host_flags(m, flags, host.view(host_facts))
+        result, given = _solve(m, flags, site)
+        return replace(result, host_read=read), given
+    return _solve(m, flags, site)
+
+
+def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
+    result = resolve_query(m, parse_query(m, flags))
+    sol = result.solution
+    if sol is None or flags.python:
+        return result, flags
+    from envkit.core.planner.context import base_os  # the planner's own rule for the image: only where one is to be chosen
+
+    try:
+        _, _, osr = base_os(m, sol, site)
+    except InputError:
+        return result, flags
+    if osr.python != sol.python:
+        alt_flags = replace(flags, python=str(osr.python))
+        alt = resolve_query(m, parse_query(m, alt_flags))
+        if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
+                and same_flash_attn(alt.solution.flash_attn, sol.flash_attn):
+            note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
+                    f"{sol.python} would (--python {sol.python} builds that one instead)")
+            return replace(alt, query=result.query, notes=(note,) + alt.notes), alt_flags
+    return result, flags

@@ -284,13 +284,26 @@ def _compile_arch(row: Row, q: Query, r: Result) -> tuple[Optional[Conflict], Op
     return None, f"{best.major}{best.minor}", note
 
 
-def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result]) -> Result:
-    """The newest release of q.engine whose pins resolve into a stack, or the conflicts of the nearest miss."""
+def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result],
+                       fit: Optional[Callable[[Query], Result]] = None) -> Result:
+    """The newest release of q.engine whose pins resolve into a stack, or the conflicts of the nearest miss. `fit`
+    resolves without explaining a miss (no nearest-miss search): tried first over every release, so the misses before
+    the first fit cost no explanation; only when nothing fits are they explained, by `solve`."""
     rows = _candidates(m, q)
     if not rows:
         pin = f"=={q.engine_version}" if q.engine_version else ""
         return Result(q, None, (Conflict("engine.no-release", f"no {q.engine}{pin} release for platform {_platform(q)}",
                                          "pick another --engine VERSION or platform", "doc:matrix.toml"),))
+    if fit is not None:
+        found, _ = _first_release(m, q, rows, fit)
+        if found is not None:
+            return found
+    found, best = _first_release(m, q, rows, solve)
+    return found if found is not None else Result(q, None, tuple(dict.fromkeys(best or [])))
+
+
+def _first_release(m: Matrix, q: Query, rows: list[Row], solve: Callable[[Query], Result]) -> tuple[Optional[Result], Optional[list[Conflict]]]:
+    """The answer of the first release (newest first) whose pins resolve, or None and the fewest conflicts seen."""
     best: Optional[list[Conflict]] = None
     for row in rows:
         conflicts, notes = _row_conflicts(m, q, row)
@@ -310,7 +323,7 @@ def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result]) ->
                 pkgs = replace(_packages(row, r.solution.platform), cuda_arch=arch)
                 sol = replace(r.solution, engine=pkgs, notes=r.solution.notes + tuple(notes) + ((arch_note,) if arch_note else ()),
                               sources=tuple(dict.fromkeys(r.solution.sources + (row.source,))))
-                return Result(q, sol, warnings=r.warnings)
+                return Result(q, sol, warnings=r.warnings), best
             if r.conflicts and (best is None or len(r.conflicts) < len(best)):
                 best = list(r.conflicts)
-    return Result(q, None, tuple(dict.fromkeys(best or [])))
+    return None, best

@@ -419,8 +419,9 @@ def _image_python_warning(c: Ctx, pick: _Pick) -> tuple[str, ...]:
             f"--python {py} shows them, --python {pick.python} builds {pick.python} from source",)
 
 
-def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
-    """Newest consistent stack for q, or the conflicts of the nearest miss."""
+def resolve(m: Matrix, q: Query, *, suggest: bool = True, explain: bool = True) -> Result:
+    """Newest consistent stack for q, or the conflicts of the nearest miss (`explain=False`: no conflicts, for a caller
+    that asks only whether it fits)."""
     if q.machine is None and target_machine(q) != "x86_64":
         q = replace(q, machine=target_machine(q))
     if q.machine == AARCH64:
@@ -430,12 +431,15 @@ def resolve(m: Matrix, q: Query, *, suggest: bool = True) -> Result:
     if q.engine in CONTAINER_ENGINES:
         return resolve_engine(m, q)
     if q.engine in PIP_ENGINES:
-        return resolve_pip_engine(m, q, lambda sub: resolve(m, sub, suggest=False))
+        return resolve_pip_engine(m, q, lambda sub: resolve(m, sub, suggest=False),
+                                  lambda sub: resolve(m, sub, suggest=False, explain=False))
     c = Ctx(m, q)
     pick = _first_fit(c)
     if pick is not None:
         sol = _solution(c, pick)
         return Result(q, sol, warnings=_input_notes(q, sol) + _image_python_warning(c, pick) + _warnings(sol, m))
+    if not explain:
+        return Result(q, None)
     conflicts = _driver_fix(c, _nearest_miss(c))
     if not conflicts:
         asked = q.flags().get("torch", "")

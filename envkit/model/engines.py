@@ -101,7 +101,7 @@ class Trtllm:
     ngc_image: Optional[str] = None
     unknown: tuple[str, ...] = ()
     support_min_cc: Optional[CC] = None  # its support matrix's lowest listed arch: below it, community support only
-    support_note: Optional[str] = None  # what that support matrix lists, and its words on the rest
+    support_note: Optional[str] = None  # what that support matrix lists, its words on the rest, and its page (the source)
 
 
 @dataclass(frozen=True)

@@ -300,10 +300,8 @@ def _support_warnings(m: Matrix, q: Query, c: _Candidate) -> tuple[str, ...]:
     g = q.gpu
     if r is None or r.support_min_cc is None or g is None or g.cc is None or g.cc >= r.support_min_cc:
         return ()
-    page = re.search(r"https://\S*support-matrix\S*", r.source)
     return (f"TensorRT-LLM {r.version} on {g.name} ({g.arch}): {r.support_note or 'its support matrix does not list it'}; "
-            f"{g.arch} is not listed, so it runs there with community support only"
-            + (f" ({page.group(0).rstrip(';,)')})" if page else ""),)
+            f"{g.arch} is not listed, so it runs there with community support only",)
 
 
 def _check(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict], tuple[str, ...], bool]:

@@ -36,3 +36,12 @@ def test_no_function_over_60_lines_but_the_documented_interpreters():
     assert not undocumented, f"functions over {LIMIT} lines that docs/architecture.md does not explain: {undocumented}"
     stale = {k: v for k, v in documented.items() if long.get(k) != v}
     assert not stale, f"docs/architecture.md lists these with another length, or they are no longer over {LIMIT}: {stale}"
+
+
+CLI_LIMIT = 450
+
+
+def test_the_command_line_layer_stays_thin():
+    """cli/ parses, calls one use case and finishes: every rule, table and file write lives below it."""
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (ROOT / "envkit" / "cli").glob("*.py"))
+    assert lines < CLI_LIMIT, f"envkit/cli/ holds {lines} lines; move what is not parsing or finishing into app/ or ui/"

@@ -2,24 +2,22 @@
 from __future__ import annotations
 
 import functools
-import json
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import Args, declared, finish
+from envkit.cli.options import Args, declared, finish, reporting, request
 
 if TYPE_CHECKING:
     from envkit.app.sweep import SweepRequest
 
 
 def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path: Optional[str]) -> None:
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        result = app.sweep.serving_sweep(sweep, reporter)
+    result = reporting(lambda r: app.sweep.serving_sweep(sweep, r))
     doc = result.to_json()
     if report:
-        ui.report_dir.write(report, {"sweep.json": (json.dumps(doc, indent=2) + "\n").encode(), "sweep.png": ui.plot.sweep_chart(doc)})
+        ui.report_dir.write_json(report, "sweep", doc, {"sweep.png": ui.plot.sweep_chart(doc)})
     finish(result, as_json, lambda r: ui.report.print_sweep(doc), junit_path, f"envkit selftest sweep {doc['engine']}",
            lambda: ui.junit.sweep_cases(doc))
 
@@ -28,14 +26,9 @@ def _sweep(sweep: SweepRequest, as_json: bool, report: Optional[str], junit_path
 def selftest(a: Args) -> None:
     """Prove an image works: GPU checks, decode speed vs the roofline, logits parity, LAMBADA; or sweep an OpenAI or Triton server."""
     urls = [e for e in a.engines if e.startswith(("openai:", "triton:"))]
-    req = app.selftest.SelftestRequest(quick=a.quick, engines=tuple(e for e in a.engines if e not in urls), shapes=tuple(a.shapes),
-                                       model=a.model, parity=a.parity, lambada=a.lambada, peak_gbs=a.peak_gbs, input_len=a.input_len,
-                                       output_len=a.output_len, allow_cpu=a.allow_cpu)
+    req = request(app.selftest.SelftestRequest, a, engines=tuple(e for e in a.engines if e not in urls))
     app.selftest.check_asked(req, urls, a.image, a.dataset, a.request_rate, a.triton_parameters, a.endpoint, a.dry_run)
-    if a.report:
-        ui.report_dir.ready(a.report)
-    if a.junit_path:
-        ui.junit.prepare(a.junit_path)
+    ui.output.outputs_ready(a.junit_path, a.report)
     if urls:
         return _sweep(app.sweep.SweepRequest.asked(urls[0], a.model, a.concurrency, a.num_prompts, a.input_len, a.output_len, a.dataset,
                                                    a.api_key, a.request_rate, a.ready_timeout, a.triton_parameters, a.endpoint,
@@ -43,12 +36,11 @@ def selftest(a: Args) -> None:
     if a.dry_run:
         planned = app.selftest.run(req, a.image, dry_run=True)
         return finish(planned, a.as_json, lambda p: ui.report.print_planned_run(p.to_json()))
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        result = app.selftest.run(req, a.image, reporter)
+    result = reporting(lambda r: app.selftest.run(req, a.image, r))
     assert isinstance(result, app.selftest.SelftestResult)
     doc = result.to_json()
     if a.report:
-        ui.report_dir.write(a.report, {"selftest.json": (json.dumps(doc, indent=2) + "\n").encode()})
+        ui.report_dir.write_json(a.report, "selftest", doc)
     finish(result, a.as_json, lambda r: ui.report.print_selftest(doc, a.image), a.junit_path,
            f"envkit selftest{' ' + a.image if a.image else ''}", lambda: ui.junit.selftest_cases(doc))
 
@@ -58,15 +50,10 @@ def doctor(a: Args) -> None:
     """Inspect this GPU host (its Pythons, or an image on it): what is wrong, why, and how to fix it."""
     if a.dry_run:
         return finish(app.doctor.plan_image(a.image, a.deep), a.as_json, lambda p: ui.report.print_planned_run(p.to_json()))
-    if a.junit_path:
-        ui.junit.prepare(a.junit_path)
+    ui.output.outputs_ready(a.junit_path)
     run = functools.partial(app.doctor.run, matrix_path=a.matrix_path, deep=a.deep, image=a.image, for_=a.for_, facts_file=a.facts_file,
                             pythons=tuple(a.pythons), images=a.images)
-    if a.as_json and not a.deep:  # nothing to show while it runs: no progress display to start
-        d = run()
-    else:
-        with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-            d = run(reporter=reporter)
+    d = run() if a.as_json and not a.deep else reporting(lambda r: run(reporter=r))  # --json alone: nothing to draw
     finish(d, a.as_json, lambda d: ui.report.print_doctor(d.host, list(d.findings), a.image, environments=d.environments), a.junit_path,
            f"envkit doctor{' --image ' + a.image if a.image else ''}", lambda: ui.junit.doctor_cases(list(d.findings)))
 
@@ -74,8 +61,7 @@ def doctor(a: Args) -> None:
 @declared("inspect")
 def inspect(a: Args) -> None:
     """What an image holds (its solution label), and doctor's checks for it on this host."""
-    if a.junit_path:
-        ui.junit.prepare(a.junit_path)
+    ui.output.outputs_ready(a.junit_path)
     i = app.inspect.inspect(a.image, a.matrix_path)
     finish(i, a.as_json, lambda i: ui.report.print_inspected(i), a.junit_path, f"envkit inspect {a.image}",
            lambda: ui.junit.doctor_cases(list(i.findings)))
@@ -97,15 +83,9 @@ def serve(a: Args) -> None:
         return finish(app.serving.plan_start(a.image, tuple(a.env), a.model_dir, a.shm_size), a.as_json,
                       lambda p: ui.report.print_planned_run(p.to_json()))
     levels = {"concurrency": a.concurrency, "num_prompts": a.num_prompts, "input_len": a.input_len, "output_len": a.output_len}
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        running = app.serving.start_and_sweep(a.image, tuple(a.env), a.model_dir, a.timeout, reporter, a.shm_size, a.allow_cpu,
-                                              levels if a.sweep else None, a.keep)
-    out = ui.progress.console(stderr=a.as_json)
-    ui.report.print_serving(running.to_json(), out)
-    if running.sweep is not None:
-        ui.report.print_sweep(running.sweep, out)
-    if a.as_json:
-        ui.output.print_json(running.to_json())
+    running = reporting(lambda r: app.serving.start_and_sweep(a.image, tuple(a.env), a.model_dir, a.timeout, r, a.shm_size, a.allow_cpu,
+                                                             levels if a.sweep else None, a.keep))
+    ui.report.print_running(running, a.as_json)
     if not running.ok:
         raise typer.Exit(1)
 
@@ -118,8 +98,7 @@ def push(a: Args) -> None:
 
     app.serving.check_push(a.to, a.username, "-" if a.password_stdin or os.environ.get("ENVKIT_REGISTRY_PASSWORD") else None)
     password = sys.stdin.readline().rstrip("\n") if a.password_stdin else os.environ.get("ENVKIT_REGISTRY_PASSWORD")
-    with ui.progress.reporter(ui.progress.console(stderr=True)) as reporter:
-        pushed = app.serving.push(a.image, a.to, a.username, password or None, reporter.say)
+    pushed = reporting(lambda r: app.serving.push(a.image, a.to, a.username, password or None, r.say))
     out = ui.progress.console(stderr=a.as_json)
     out.print(f"pushed {pushed.ref}\n  digest {pushed.digest}\n  pull   {pushed.pinned}", markup=False, highlight=False)
     if a.as_json:

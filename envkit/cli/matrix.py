@@ -22,10 +22,7 @@ def export(a: Args) -> None:
     and run GPU targets on \\[ci] gpu_runner (or the target's own runner)."""
     outcome = app.matrix.export_project(a.project, a.fmt, a.contexts, a.out, a.matrix_path)
     if isinstance(outcome, app.matrix.ExportUnsolved):
-        for line in outcome.lines():
-            sys.stderr.write(f"envkit: {line}\n")
-        sys.stderr.write(f"envkit: nothing exported: {len(outcome.unsolved)} target(s) without a solution "
-                         f"(envkit resolve with a target's flags shows why)\n")
+        ui.report.print_export_unsolved(outcome)
         raise typer.Exit(EXIT_NO_SOLUTION)
     if outcome.out is None:
         sys.stdout.write(outcome.text)
@@ -40,7 +37,7 @@ def check(a: Args) -> None:
     if a.as_json:
         ui.output.print_json(c.to_json())
     if isinstance(c, app.matrix.Rejected):
-        sys.stderr.write(f"envkit: error: {c.headline}\n" + "".join(f"  {line}\n" for line in c.lines))
+        ui.report.print_rejected(c)
         raise typer.Exit(c.exit_code)
     if not a.as_json:
         ui.report.print_matrix_check(c)
@@ -64,8 +61,6 @@ def show(a: Args) -> None:
     """Print the matrix (or one table) as rich tables."""
     m = app.matrix.load(a.matrix_path)
     if a.as_json:
-        tables = ui.report.matrix_tables(m, a.table)
-        ui.output.print_json({"schema": 1, "matrix": m.path, "tables": {
-            name: {"title": title, "columns": list(columns), "rows": [list(r) for r in rows]} for name, (title, columns, rows) in tables.items()}})
+        ui.output.print_json(ui.report.matrix_document(m, a.table))
     else:
         ui.report.print_matrix(m, a.table)

@@ -3,6 +3,7 @@
 value (the resolve flags as one ResolveFlags value)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -71,6 +72,12 @@ def declared(command: str, resolve: bool = False) -> Callable[[F], F]:
         with_options.__annotations__ = {p.name: p.annotation for p in params}
         return typing.cast(F, with_options)
     return decorate
+
+
+def request(cls: Callable[..., T], a: Args, **given: Any) -> T:
+    """A use case's request from the options named as its fields (a list as a tuple); `given` sets the others."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(given)  # type: ignore[arg-type]
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in vars(a).items() if k in names}, **given)
 
 
 def reporting(run: Callable[[Any], T], stderr: bool = True) -> T:

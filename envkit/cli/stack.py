@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from envkit import app, ui
-from envkit.cli.options import Args, declared, finish, reporting
+from envkit.cli.options import Args, declared, finish, reporting, request
 from envkit.errors import EXIT_NO_SOLUTION
 from envkit.model.engines import EngineOptions
 from envkit.model.flags import ResolveFlags
@@ -65,10 +65,7 @@ def lock(flags: ResolveFlags, a: Args) -> None:
 @declared("build", resolve=True)
 def build(flags: ResolveFlags, a: Args) -> None:
     """Build an image: offline from a bundle (network none), or against the site's mirrors; or a project's targets."""
-    req = app.build.BuildRequest(flags=flags, offline=a.offline, bundle_dir=a.bundle_dir, lock=a.lock, mirror=a.mirror, out=a.out,
-                                 tag=a.tag, network=a.network, no_cache=a.no_cache, dry_run=a.dry_run, matrix_path=a.matrix_path,
-                                 secrets=tuple(a.secret), locked=a.locked, toolkit=a.toolkit, export_wheels=a.export_wheels,
-                                 host_facts=a.host_facts)
+    req = request(app.build.BuildRequest, a, flags=flags, secrets=tuple(a.secret))
     out_console = ui.progress.console(stderr=a.as_json)
     if not a.all_targets:
         outcome = reporting(lambda r: app.build.run(req, r, a.project, a.target), stderr=a.as_json)

@@ -266,7 +266,7 @@ def apply_profile(ext_dir: str, version: str, profile: str, head_dims: tuple[int
     it is, so every release's way of listing its sources works); what was kept and stubbed."""
     src_dir = os.path.join(ext_dir, "csrc", "flash_attn", "src")
     if not os.path.isdir(src_dir):
-        raise BuildError(f"the sdist has no csrc/flash_attn/src: its kernels cannot be chosen (fix: --profile full)", 2)
+        raise BuildError("the sdist has no csrc/flash_attn/src: its kernels cannot be chosen (fix: --profile full)", 2)
     names = sorted(n for n in os.listdir(src_dir) if n.endswith(".cu"))
     kept, stubbed = select_sources(names, profile, head_dims, dtypes)
     if profile != "full" and not any(kernel_parts(n) and kernel_parts(n)["kind"] == "fwd" for n in kept):

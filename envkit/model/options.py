@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Optional, Union
+from typing import Any, Collection, Literal, Optional, Sequence, Union
 
 from envkit.inimage.build_flash_attn import DEFAULT_HOST_MARCH
 from envkit.inimage.selftest import ENGINES, SHAPES
@@ -318,3 +318,21 @@ def epilog(command: str) -> str:
     lines = EXAMPLES.get(command, ())
     examples = "Examples:\n\n" + "\n".join(f"  {line}" for line in lines) + "\n\n" if lines else ""
     return examples + EXIT_CODES
+
+
+_VALUED_GLOBALS = {"--progress"}
+
+
+def command_word(args: Sequence[str], commands: Collection[str]) -> Optional[str]:
+    """The command word of the arguments (after the global options), where it is one of `commands`; None for --help,
+    --version, shell completion and the rest."""
+    it = iter(args)
+    for a in it:
+        if a in _VALUED_GLOBALS:
+            next(it, None)
+        elif a.startswith("-"):
+            if a in ("--help", "--version") or a.startswith("--install-completion") or a.startswith("--show-completion"):
+                return None
+        else:
+            return a if a in commands else None
+    return None

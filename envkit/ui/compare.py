@@ -219,8 +219,10 @@ def chart(c: Comparison) -> bytes:
 
 # ---------------------------------------------------------------- files
 
-def ready(path: str, option: str) -> None:
-    """Before the run: the file's directory exists (made) and can be written; not a directory itself."""
+def ready(path: Optional[str], option: str) -> None:
+    """Before the run: the file's directory exists (made) and can be written; not a directory itself (nothing without a path)."""
+    if not path:
+        return
     out = Path(path)
     try:
         if out.is_dir():
@@ -243,3 +245,18 @@ def write(path: str, data: bytes, option: str) -> None:
         os.replace(part, out)
     except OSError as exc:
         raise InputError(f"cannot write {option} {path}: {exc.strerror}", f"give a writable file path to {option}") from None
+
+
+
+def write_outputs(result: Comparison, markdown_path: Optional[str], png_path: Optional[str], as_json: bool) -> None:
+    """The comparison's files (--markdown, --png), then its JSON or its tables."""
+    from envkit.ui import output
+
+    if markdown_path:
+        write(markdown_path, markdown([result]).encode(), "--markdown")
+    if png_path:
+        write(png_path, chart(result), "--png")
+    if as_json:
+        output.print_json(result.to_json())
+    else:
+        print_comparison(result)

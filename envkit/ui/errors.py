@@ -1,11 +1,16 @@
 """The one error dialect: `envkit: error: MESSAGE (fix: FIX)` on stderr, and with `--json` one JSON document on stdout
-as well, so a CI job that parses stdout gets the error too. cli/main.py is the one place that calls it."""
+as well, so a CI job that parses stdout gets the error too. cli/main.py's `main` is the one place that calls `guarded`, the one place that prints an error."""
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any, Collection, NoReturn, Sequence
+import traceback
+from typing import Any, Callable, Collection, NoReturn, Sequence
 
+from envkit.errors import EXIT_BUG, EXIT_INTERRUPTED, EnvkitError, InputError
+
+EXIT_USAGE = 2
 KINDS = {2: "input", 3: "matrix", 4: "external", 5: "preflight", 6: "external"}  # 6: the server under test (a ServerError)
 GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--progress", "--no-color", "--version"}
 
@@ -60,3 +65,44 @@ def fail(argv: Sequence[str], code: int, message: str, fix: str, kind: str = "")
     if "--json" in argv:
         sys.stdout.write(error_document(kind, code, message, fix))
     sys.exit(code)
+
+
+def guarded(args: Sequence[str], run: Callable[[], Any], usage: type[Exception], commands: Collection[str],
+            matrix_commands: Collection[str]) -> Any:
+    """Run the command line; every error becomes its one line and exit code: envkit's own, the parser's `usage` errors
+    (the same dialect and exit code), an interrupt, a closed pipe, and a bug in envkit (exit 70; the traceback with -v)."""
+    from envkit.ui import settings
+
+    try:
+        nul = next((a for a in args if "\0" in a), None)
+        if nul is not None:  # no shell can pass one; a program calling envkit can
+            raise InputError(f"argument {nul!r} holds a NUL character", "pass arguments without NUL bytes")
+        return run()
+    except EnvkitError as exc:
+        fail(args, exc.exit_code, exc.message, exc.fix)
+    except KeyboardInterrupt:
+        sys.stderr.write("envkit: interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except usage as exc:
+        _usage(exc, args, commands, matrix_commands)
+    except BrokenPipeError:  # `envkit matrix show | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except Exception as exc:  # a bug in envkit
+        if settings.current().verbose:
+            traceback.print_exc()
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        fail(args, EXIT_BUG, f"internal error: {type(exc).__name__}: {exc} (at {where.name}, line {where.lineno})",
+             "this is a bug in envkit: re-run with -v and report the traceback", "internal")
+
+
+def _usage(exc: Any, args: Sequence[str], commands: Collection[str], matrix_commands: Collection[str]) -> NoReturn:
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        exc.show()
+        sys.exit(0)
+    if type(exc).__name__ == "Abort":
+        sys.stderr.write("envkit: interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+    code = getattr(exc, "exit_code", EXIT_USAGE)
+    message, fix = usage_error(exc, command_path(exc, args, commands, matrix_commands))
+    fail(args, code if isinstance(code, int) else EXIT_USAGE, message, fix, "usage")

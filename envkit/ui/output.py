@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from envkit.model.solution import Result
 
@@ -20,3 +20,13 @@ def show_result(result: Result, as_json: bool) -> None:
         from envkit.ui.report import print_result  # rich only where people read the output
 
         print_result(result)
+
+
+def outputs_ready(junit_path: Optional[str], report: Optional[str] = None) -> None:
+    """Before a long run: the --junit file and the --report directory proven writable (made where missing)."""
+    from envkit.ui import junit, report_dir
+
+    if report:
+        report_dir.ready(report)
+    if junit_path:
+        junit.prepare(junit_path)

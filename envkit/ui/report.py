@@ -510,6 +510,18 @@ def print_serving(doc: dict, console: Optional[Console] = None) -> None:
     c.print(t)
 
 
+def print_running(running: Any, as_json: bool) -> None:
+    """`envkit serve`'s outcome: the serving table (and its sweep's) for people, on stderr under --json."""
+    from envkit.ui import output
+
+    c = _console(stderr=as_json)
+    print_serving(running.to_json(), c)
+    if running.sweep is not None:
+        print_sweep(running.sweep, c)
+    if as_json:
+        output.print_json(running.to_json())
+
+
 def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     """The sweep's table, then each distinct failure in full. The model, URL and errors came from a server or a file:
     their control characters are escaped (model/redact.py's printable), their markup shown as written."""
@@ -558,3 +570,26 @@ def print_refresh(r: Refreshed) -> None:
     sys.stdout.write(f"{r.path}: " + ("derived regions match data/sources (" + ", ".join(r.regions) + ")\n" if not r.differs else
                      "; ".join(f"{name}: {n} row(s) differ from the sources" for name, n, _d in r.differs)
                      + " (run `envkit matrix refresh` to rewrite them, or correct the extract)\n"))
+
+
+def print_export_unsolved(outcome: Any) -> None:
+    """`matrix export` refused: each target without a solution, then the one line that nothing was written."""
+    import sys
+
+    for line in outcome.lines():
+        sys.stderr.write(f"envkit: {line}\n")
+    sys.stderr.write(f"envkit: nothing exported: {len(outcome.unsolved)} target(s) without a solution "
+                     f"(envkit resolve with a target's flags shows why)\n")
+
+
+def print_rejected(c: Any) -> None:
+    """`matrix check` found problems: the headline, then each problem on its own line."""
+    import sys
+
+    sys.stderr.write(f"envkit: error: {c.headline}\n" + "".join(f"  {line}\n" for line in c.lines))
+
+
+def matrix_document(m: Any, table: Optional[str]) -> dict:
+    """`matrix show --json`: the tables as shown, each with its title, columns and rows."""
+    return {"schema": 1, "matrix": m.path, "tables": {name: {"title": title, "columns": list(columns), "rows": [list(r) for r in rows]}
+                                                      for name, (title, columns, rows) in matrix_tables(m, table).items()}}

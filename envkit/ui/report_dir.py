@@ -2,6 +2,7 @@
 run, and written whole: every file goes to a .part first, then all are renamed, so a report is complete or left as it was."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -29,3 +30,8 @@ def write(report: str, files: dict[str, bytes]) -> None:
             os.replace(out / f".{name}.part", out / name)
     except OSError as exc:
         raise InputError(f"cannot write the report into {report}: {exc.strerror}", "give a writable --report directory") from None
+
+
+def write_json(report: str, name: str, doc: dict, more: dict[str, bytes] | None = None) -> None:
+    """The run's JSON document as NAME.json in the report directory (and `more` files beside it), written whole."""
+    write(report, {f"{name}.json": (json.dumps(doc, indent=2) + "\n").encode(), **(more or {})})

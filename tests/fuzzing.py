@@ -22,6 +22,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from envkit.cli import main as cli_main
+from envkit.errors import EXIT_BUG
 
 CASES: Counter[str] = Counter()
 TRACEBACKS: Counter[str] = Counter()
@@ -70,7 +71,7 @@ def run(argv: Sequence[str], area: str) -> Ran:
     """in_process, counted under `area`, with tracebacks and internal errors tallied."""
     CASES[area] += 1
     ran = Ran(tuple(argv), *in_process(argv))
-    if "Traceback (most recent call last)" in ran.err or ran.code == cli_main.EXIT_BUG:
+    if "Traceback (most recent call last)" in ran.err or ran.code == EXIT_BUG:
         TRACEBACKS[area] += 1
     return ran
 

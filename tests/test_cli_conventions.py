@@ -14,6 +14,7 @@ from rich.console import Console
 import envkit
 from envkit import ui
 from envkit.cli import main as cli_main
+from envkit.errors import EXIT_BUG
 from envkit.model.options import EXAMPLES
 
 ENVKIT = [sys.executable, "-m", "envkit"]
@@ -87,7 +88,7 @@ def test_a_bug_is_one_line_exit_70_and_the_traceback_only_with_verbose(monkeypat
     for argv, traceback_shown in ((["resolve", "--gpu", "H100"], False), (["-v", "resolve", "--gpu", "H100"], True)):
         with pytest.raises(SystemExit) as exit_:
             cli_main.main(argv)
-        assert exit_.value.code == cli_main.EXIT_BUG
+        assert exit_.value.code == EXIT_BUG
         err = capsys.readouterr().err
         last = err.splitlines()[-1]
         assert last.startswith("envkit: error: internal error: ZeroDivisionError: a planted bug") and "re-run with -v" in last

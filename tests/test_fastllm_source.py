@@ -85,11 +85,11 @@ def solve(m, **flags):
 
 
 def test_the_matrix_rows_are_the_tags_with_their_commits(m):
-    newest = m.ftllm_source[0]
+    newest = m.rows("ftllm_source")[0]
     assert (str(newest.version), newest.tag) == ("0.1.7.1", "v0.1.7.1")
     assert len(newest.commit) == 40 and newest.archive.endswith(f"/archive/{newest.commit}.tar.gz")
     assert newest.cuda_arch_default == "native" and newest.option("USE_CUDA") == "OFF"
-    assert all(r.source.startswith(f"https://github.com/ztxz16/fastllm/blob/{r.commit}/") for r in m.ftllm_source)
+    assert all(r.source.startswith(f"https://github.com/ztxz16/fastllm/blob/{r.commit}/") for r in m.rows("ftllm_source"))
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -12,7 +12,7 @@ from envkit.core.judge import healthy, judge
 from envkit.core.judge_image import engine_image_findings
 from envkit.errors import InputError
 from envkit.inimage import probe
-from envkit.model.engines import CONTAINER_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES
 from envkit.model.host import Finding, Host
 from envkit.model.solution import SolutionRecord
 

@@ -867,6 +867,36 @@ _PADDLE = _Spec(Paddle, Table.of(
     _req("package"), _req("version"), _req("variant"), _SOURCE, _opt("cuda"), _opt("cudnn"), _opt("dtk"),
     Field("python", _python_list, list, ()), _opt("index"), _opt("find_links"), _opt("image"), _strs("unknown")))
 
+
+def _project(name: str) -> str:
+    """A package name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class EngineTable:
+    """A pip engine's table: its rows' spec, what makes a row unique (and how a duplicate is named), whether its rows
+    are held newest first (else in the file's order), and the order `envkit matrix refresh` writes a row's keys in from
+    the hand-collected data/sources/engines/TABLE.toml (empty: the table has its own deriver)."""
+    spec: _Spec
+    key: Callable[[Any], Any]
+    unique: str
+    by_version: bool = True
+    written: tuple[str, ...] = ()
+
+
+ENGINE_TABLES: dict[str, EngineTable] = {  # each named by an engine of model/engine_specs.py
+    "ftllm": EngineTable(_FTLLM, lambda x: (_project(x.package), str(x.version)), "(package, version)", written=(
+        "package", "version", "python", "wheel", "wheel_sha256", "platform_tag", "cuda_major", "requires", "cpu_lib", "archs", "rocm",
+        "server_endpoints", "cpu_requires", "cpu_measured", "unknown", "source")),
+    "ftllm_source": EngineTable(_FTLLM_SOURCE, lambda x: x.version, "version"),
+    "sglang": EngineTable(_SGLANG, lambda x: x.version, "version", written=(
+        "version", "python", "torch", "flashinfer", "kernel", "cuda_major", "min_cc", "wheel", "unknown", "source")),
+    "paddle": EngineTable(_PADDLE, lambda x: (_project(x.package), x.version, x.variant), "(package, version, variant)", by_version=False,
+                          written=("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image",
+                                   "unknown", "source")),
+}
+
 _FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(
     _req("archived"), _req("triton_releases", _release_list, list), _req("sm", _cc_list, list),
     _req("default_sm", _cc_list, list), _req("cuda_min", Version), _req("successor"), _req("backend_commit"), _SOURCE),
@@ -886,7 +916,7 @@ _TABLES: dict[str, Callable[[list[_Row]], Any]] = {
     "dtk": _read_dtk, "flash_attn": _FLASH_ATTN.read, "flash_attn_broken": _FA_BROKEN.read,
     "torch_abi_break": _ABI_BREAK.read, "vllm": _VLLM.read, "python": _PYTHON.read, "os": _OS.read,
     "triton": _TRITON.read, "trtllm_backend": _TRTLLM_BACKEND.read, "trtllm": _TRTLLM.read,
-    "fastertransformer": _FASTERTRANSFORMER.read, "ftllm": _FTLLM.read, "ftllm_source": _FTLLM_SOURCE.read, "sglang": _SGLANG.read, "paddle": _PADDLE.read,
+    "fastertransformer": _FASTERTRANSFORMER.read, **{name: table.spec.read for name, table in ENGINE_TABLES.items()},
 }
 
 MAX_DEPTH = 16
@@ -931,12 +961,10 @@ def _check_unique(t: dict[str, Any], doc: _Doc) -> None:
                 "[[flash_attn_broken]] (flash_attn, torch, cxx11abi)")
     # the engine tables: a second row of the same key would be silently shadowed by the first (fuzz report 3, D15)
     _duplicates(doc, [((x.release, x.flavor), x) for x in t["triton"]], "[[triton]] (release, flavor)")
-    for table in ("trtllm", "trtllm_backend", "ftllm_source", "sglang"):
+    for table in ("trtllm", "trtllm_backend"):
         _duplicates(doc, [(x.version, x) for x in t[table]], f"[[{table}]] version")
-    def project(name: str) -> str:  # a package name as PEP 503 compares it
-        return re.sub(r"[-_.]+", "-", name).lower()
-    _duplicates(doc, [((project(x.package), str(x.version)), x) for x in t["ftllm"]], "[[ftllm]] (package, version)")
-    _duplicates(doc, [((project(x.package), x.version, x.variant), x) for x in t["paddle"]], "[[paddle]] (package, version, variant)")
+    for name, engine in ENGINE_TABLES.items():
+        _duplicates(doc, [(engine.key(x), x) for x in t[name]], f"[[{name}]] {engine.unique}")
     _duplicates(doc, [("", x) for x in t["fastertransformer"]], "[[fastertransformer]] row: the table holds one profile")
 
 
@@ -983,7 +1011,7 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         os=tuple(t["os"]), raw=raw,
         triton=tuple(sorted(t["triton"], key=lambda x: x.key, reverse=True)), trtllm_backend=_by_version(t["trtllm_backend"]),
         trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None,
-        ftllm=_by_version(t["ftllm"]), ftllm_source=_by_version(t["ftllm_source"]), sglang=_by_version(t["sglang"]), paddle=tuple(t["paddle"]))
+        engine_tables=tuple((name, _by_version(t[name]) if engine.by_version else tuple(t[name])) for name, engine in ENGINE_TABLES.items()))
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -68,7 +68,7 @@ from packaging.version import InvalidVersion, Version
 from envkit.config.fields import Field, Invalid, Problem, Table, boolean, text
 from envkit.config.userfile import parse_toml, read_text
 from envkit.errors import InputError
-from envkit.model.engines import CONTAINER_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES
 from envkit.model.flags import FLAG_ORDER
 from envkit.model.project import (
     DISTRIBUTION,

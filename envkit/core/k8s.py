@@ -23,11 +23,11 @@ from typing import Any, Optional
 
 from envkit.core import devices
 from envkit.errors import InputError
+from envkit.model.engine_specs import REGISTRY
 from envkit.model.project import K8sSettings, Project, Target, Toleration
 
 SELFTEST_IN_IMAGE = "/opt/envkit/selftest.py"  # where render.py puts envkit/inimage/selftest.py in every image
 GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu", "dtk": "hygon.com/dcu"}
-NVIDIA_ENGINES = ("triton", "trtllm", "fastertransformer")  # engines that run on NVIDIA GPUs only
 DEFAULT_RUNTIME_CLASS = "nvidia"  # the NVIDIA GPU Operator's RuntimeClass; NVIDIA targets only
 DEFAULT_SHM = "16Gi"
 JOB_TTL_S = 86400  # a finished Job (and its log) stays a day for `kubectl logs`, then goes
@@ -72,13 +72,19 @@ def platform_of(t: Target, gpu_targets: Collection[str]) -> str:
         if key in flags:
             return key
     gpu = flags.get("gpu", "").strip().lower()
-    if gpu.startswith("sm_") or "+cu" in flags.get("torch", "") or flags.get("engine", "").startswith(NVIDIA_ENGINES):
+    if gpu.startswith("sm_") or "+cu" in flags.get("torch", "") or _nvidia_only(flags.get("engine", "")):
         return "cuda"
     if gpu.startswith("gfx") or "+rocm" in flags.get("torch", ""):
         return "rocm"
     raise InputError(f"target {t.name}: the k8s export cannot tell from its flags whose GPU it needs "
                      f"(nvidia.com/gpu, amd.com/gpu or hygon.com/dcu)",
                      'add platform = "cuda" (or "rocm", "dtk") to the target')
+
+
+def _nvidia_only(engine: str) -> bool:
+    """An engine (ENGINE[==VERSION]) that runs on NVIDIA GPUs only (the engine registry says which)."""
+    spec = REGISTRY.get(engine.partition("==")[0].strip().lower())
+    return spec is not None and spec.nvidia_only
 
 
 def is_triton(t: Target) -> bool:

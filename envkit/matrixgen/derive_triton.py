@@ -117,18 +117,13 @@ def derive_backend(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return backend_rows(docs["backend.json"])
 
 
-_PIP_ENGINE_KEYS = {
-    "ftllm": ("package", "version", "python", "wheel", "wheel_sha256", "platform_tag", "cuda_major", "requires", "cpu_lib",
-              "archs", "rocm", "server_endpoints", "cpu_requires", "cpu_measured", "unknown", "source"),
-    "sglang": ("version", "python", "torch", "flashinfer", "kernel", "cuda_major", "min_cc", "wheel", "unknown", "source"),
-    "paddle": ("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image", "unknown", "source"),
-}
-
-
 def derive_pip_engine(table: str, docs: dict[str, Any]) -> list[dict[str, Any]]:
-    """[[ftllm]], [[sglang]], [[paddle]]: the hand-collected data/sources/engines/TABLE.toml rows, in the matrix's key
-    order (facts per release; what a release does not state is left out and named in `unknown`)."""
-    keys = _PIP_ENGINE_KEYS[table]
+    """A pip engine's table ([[ftllm]], [[sglang]], [[paddle]]...): the hand-collected data/sources/engines/TABLE.toml rows,
+    in the key order the loader's ENGINE_TABLES writes (facts per release; what a release does not state is left out and
+    named in `unknown`)."""
+    from envkit.config.matrix_file import ENGINE_TABLES
+
+    keys = ENGINE_TABLES[table].written
     rows = []
     for doc in docs.values():
         for r in doc.get(table, []):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config.matrix_file import ENGINE_TABLES
 from ..errors import InputError
 
 if sys.version_info >= (3, 11):
@@ -86,6 +87,10 @@ def _ftllm_source(docs: dict[str, Any]) -> list[dict[str, Any]]:
     return derive_ftllm_source(docs)
 
 
+_OWN_DERIVERS: dict[str, tuple[Callable[[dict[str, Any]], list[dict[str, Any]]], str]] = {
+    "ftllm_source": (_ftllm_source, "ftllm-source*"),  # fastllm's tags, read from its git history (matrixgen/ftllm_source.py)
+}
+
 REGIONS: tuple[Region, ...] = (
     Region("flash_attn", "flash-attn", _flash_attn),
     Region("torch", "torch", _torch),
@@ -93,10 +98,8 @@ REGIONS: tuple[Region, ...] = (
     Region("triton", "triton", _triton),
     Region("trtllm_backend", "triton", _trtllm_backend),
     Region("trtllm", "trtllm", _trtllm, "*.toml"),
-    Region("ftllm", "engines", _pip_engine("ftllm"), "ftllm.toml"),
-    Region("ftllm_source", "engines", _ftllm_source, "ftllm-source*"),
-    Region("sglang", "engines", _pip_engine("sglang"), "sglang.toml"),
-    Region("paddle", "engines", _pip_engine("paddle"), "paddle.toml"),
+    # the pip engines' tables, as the matrix loader names them: each from its hand-collected TABLE.toml, or its own deriver
+    *(Region(name, "engines", *_OWN_DERIVERS.get(name, (_pip_engine(name), f"{name}.toml"))) for name in ENGINE_TABLES),
 )
 
 _BEGIN = "# >>> derived: {name} (envkit matrix refresh; from data/sources/{directory}; do not edit by hand)"

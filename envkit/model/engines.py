@@ -12,11 +12,6 @@ from packaging.version import Version
 from envkit.errors import InputError
 from envkit.model.matrix import CC, Driver, Gpu
 
-ENGINES = ("torch", "vllm", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer", "fastllm", "sglang", "paddle")
-"""`--engine`: torch and vllm are the pip stacks resolve builds itself (vllm = `--vllm` any release); the others
-are serving engines answered by engines.py: a container (Triton's), TensorRT-LLM's own release, or the legacy
-FasterTransformer profile."""
-CONTAINER_ENGINES = ("trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")
 NGC = "nvcr.io/nvidia"
 CARRIED_ENSEMBLES = (Version("0.8.0"), Version("0.14.0"), Version("0.19.0"))
 """The tensorrtllm_backend tags whose all_models/inflight_batcher_llm envkit fills (the build takes it from GitHub's
@@ -307,11 +302,6 @@ class EngineOptions:
                              "trtllm, triton-trtllm, fastertransformer), and this is a stack envkit builds with pip",
                              f"drop {'it' if len(named) == 1 else 'them'}, or pick a container engine with --engine; a vLLM server takes its own "
                              "--serve-arg=--tensor-parallel-size=N and --serve-arg=--max-num-seqs=N")
-
-
-PIP_ENGINES = ("fastllm", "sglang", "paddle")
-"""`--engine fastllm|sglang|paddle[==VERSION]`: engines installed from their own wheels beside torch, in a stack envkit
-builds (bundle, build --offline, selftest) like any other."""
 
 
 @dataclass(frozen=True)

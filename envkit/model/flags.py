@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from envkit.errors import InputError
+from envkit.model.engine_specs import ENGINES, engine_help
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,7 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
              "serving", metavar="full|serving[:64,128,256[:bf16,fp16]]"),
     FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
     FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
-    FlagSpec("engine", "serving engine: torch, vllm, fastllm, sglang, paddle (pip stacks; fastllm==1.9.0 pins one), "
-             "trtllm, triton-trtllm, triton-vllm, fastertransformer (containers)",
-             "triton-trtllm", metavar="ENGINE[==VERSION]",
-             choices=("torch", "vllm", "fastllm", "sglang", "paddle", "trtllm", "triton-trtllm", "triton-vllm", "fastertransformer")),
+    FlagSpec("engine", engine_help(), "triton-trtllm", metavar="ENGINE[==VERSION]", choices=ENGINES),
     FlagSpec("engine_build", "--engine fastllm: wheel (PyPI's, the default) or source (its release tag compiled with CMake "
              "for the GPU's arch)", "source", metavar="wheel|source", choices=("wheel", "source")),
     FlagSpec("trtllm", "TensorRT-LLM version or specifier (with --engine trtllm or triton-trtllm)", "0.8.0", metavar="VERSION|SPEC"),

@@ -438,10 +438,12 @@ class Matrix:
     trtllm_backend: tuple[Any, ...] = ()  # TrtllmBackend
     trtllm: tuple[Any, ...] = ()  # Trtllm
     fastertransformer: Optional[Any] = None  # FasterTransformer
-    ftllm: tuple[Any, ...] = ()  # Ftllm
-    ftllm_source: tuple[Any, ...] = ()  # FtllmSource
-    sglang: tuple[Any, ...] = ()  # Sglang
-    paddle: tuple[Any, ...] = ()  # Paddle
+    # the pip engines' tables (model/engine_specs.py names each engine's), by table name: rows of model/engines.py
+    engine_tables: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    def rows(self, table: str) -> tuple[Any, ...]:
+        """A pip engine's table (ftllm, sglang...), in the loader's order (newest first where rows have versions)."""
+        return next((rows for name, rows in self.engine_tables if name == table), ())
 
     @functools.cached_property
     def index(self) -> MatrixIndex:

@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from envkit.core.planner.context import PlanContext
 from envkit.errors import InputError
+from envkit.model.engine_specs import REGISTRY
 from envkit.model.engines import EnginePackages, FtllmSource
 from envkit.model.matrix import PythonRelease, ToolkitWheel, TorchBuild, Vllm, VllmCpu
 from envkit.model.plan import (
@@ -654,7 +655,8 @@ class EngineWheels(Block):
         return tuple((spec, self.packages.index_url) for spec in self.packages.packages)
 
     def modules(self) -> tuple[str, ...]:
-        return {"fastllm": ("ftllm",), "sglang": ("sglang",), "paddle": ("paddle",)}.get(self.packages.engine, ())
+        spec = REGISTRY.get(self.packages.engine)
+        return spec.modules if spec is not None else ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from envkit.model.engines import CONTAINER_ENGINES, PIP_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES, PIP_ENGINES
 from envkit.model.matrix import Matrix, TorchBuild
 from envkit.model.solution import Conflict, Query
 

@@ -16,7 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.errors import InputError
-from envkit.model.engines import CONTAINER_ENGINES, ENGINES, PIP_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES, ENGINES, PIP_ENGINES
 from envkit.model.flags import FLAG, ResolveFlags, check_values, shown
 from envkit.model.matrix import CC, PLATFORMS, Driver, Gpu, Matrix, dtk_text, gpu_name_key, parse_arch
 from envkit.model.solution import Query
@@ -328,6 +328,22 @@ def _engine_build(f: ResolveFlags, engine: Optional[str]) -> bool:
 _PIP_ONLY = ("torch", "flash_attn", "kernels", "kernels_from", "rocm", "dtk")  # what a container engine brings itself
 
 
+def _pinned_release(m: Matrix, f: ResolveFlags, engine: str, version: str, source: bool) -> str:
+    """`--engine NAME==VERSION`: a pip engine's release (or source tag) that the matrix holds."""
+    if engine not in PIP_ENGINES:
+        pinnable = f"{', '.join(PIP_ENGINES[:-1])} and {PIP_ENGINES[-1]}" if len(PIP_ENGINES) > 1 else PIP_ENGINES[0]
+        raise InputError(f"--engine {shown(f.engine or '')}: only {pinnable} take ==VERSION",
+                         "pin a container engine's release with --trtllm or --triton")
+    from envkit.core.resolve import pip_engines  # its rules modules read this module's helpers
+
+    known = pip_engines.releases(m, engine, source)
+    if version not in known:
+        what = "source tag" if source else "release"
+        raise InputError(f"--engine {shown(f.engine or '')}: no {engine} {what} {version!r} in the matrix",
+                         f"use one of: {', '.join(known[:12])}")
+    return version
+
+
 def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
     """--engine, --trtllm and --triton: which engine, and the pins that go with it; flags a container brings
     itself (torch, flash-attn, the csrc kernels) or that name another engine are refused."""
@@ -338,16 +354,7 @@ def _parse_engine(m: Matrix, f: ResolveFlags) -> dict[str, Any]:
         out["engine_source"] = True
     if engine is not None and "==" in engine:  # --engine fastllm==1.9.0
         engine, _, version = (part.strip() for part in engine.partition("=="))
-        if engine not in PIP_ENGINES:
-            raise InputError(f"--engine {shown(f.engine or '')}: only fastllm, sglang and paddle take ==VERSION",
-                             "pin a container engine's release with --trtllm or --triton")
-        known = {"fastllm": [str(r.version) for r in (m.ftllm_source if source else m.ftllm)], "sglang": [str(r.version) for r in m.sglang],
-                 "paddle": [r.version for r in m.paddle]}[engine]
-        if version not in known:
-            what = "source tag" if source else "release"
-            raise InputError(f"--engine {shown(f.engine or '')}: no {engine} {what} {version!r} in the matrix",
-                             f"use one of: {', '.join(known[:12])}")
-        out["engine_version"] = version
+        out["engine_version"] = _pinned_release(m, f, engine, version, source)
     if engine is not None:
         if engine not in ENGINES:
             close = difflib.get_close_matches(engine, ENGINES, n=1, cutoff=0.5)

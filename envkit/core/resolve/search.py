@@ -33,7 +33,7 @@ from envkit.core.resolve.engines import resolve_engine
 from envkit.core.resolve.machine import AARCH64, aarch64_builds, aarch64_refusal, target_machine
 from envkit.core.resolve.pip_engines import resolve_pip_engine
 from envkit.core.resolve.query import KERNELS, given_version, local_builds, release_starts_with
-from envkit.model.engines import CONTAINER_ENGINES, PIP_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES, PIP_ENGINES
 from envkit.model.flags import FLAG
 from envkit.model.matrix import CudaToolkit, Driver, FlashAttn, Matrix, TorchBuild, Vllm, sass_runs_on
 from envkit.model.solution import Conflict, FlashAttnPlan, KernelPlan, Query, Result, Solution, same_flash_attn

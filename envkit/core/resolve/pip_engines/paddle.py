@@ -1,0 +1,75 @@
+"""`--engine paddle[==VERSION]`: a PaddlePaddle GPU build from PyPI or Paddle's own index or find-links page, with its
+CUDA and cuDNN and the Pythons it is built for."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional, Union
+
+from packaging.version import InvalidVersion, Version
+
+from envkit.core.resolve.pip_engines.common import no_compile
+from envkit.core.resolve.query import release_starts_with
+from envkit.model.engines import EnginePackages, Paddle
+from envkit.model.matrix import Matrix
+from envkit.model.solution import Conflict, Query
+
+compile_arch = no_compile
+PYPI = "https://pypi.org/simple"
+
+
+def releases(m: Matrix, source: bool) -> list[str]:
+    return [r.version for r in m.rows("paddle")]
+
+
+def _version(r: Paddle) -> Version:
+    try:
+        return Version(r.version)
+    except InvalidVersion:
+        return Version("0")
+
+
+def candidates(m: Matrix, q: Query, plat: str) -> list[Paddle]:
+    v = q.engine_version
+    rows = [r for r in m.rows("paddle") if r.package == "paddlepaddle-gpu" and r.cuda and (v is None or r.version == v)]
+    # Paddle's .postNNN is a CUDA variant of the release, not a later one: the release first, then PyPI's own build
+    return sorted(rows, key=lambda r: (v is not None or not _version(r).is_prerelease, _version(r).release, r.index == PYPI,
+                                       Version(r.cuda or "0")), reverse=True)
+
+
+def label(row: Paddle) -> str:
+    return f"{row.package} {row.version} ({row.variant})"
+
+
+def conflicts(m: Matrix, q: Query, row: Paddle, plat: str) -> tuple[list[Conflict], list[str]]:
+    if plat == "cuda":
+        return [], []
+    return [Conflict("engine.platform", f"{label(row)} is a CUDA build; the query asks for {plat}"
+                     + (" (Paddle's Hygon DCU builds come as Paddle's own images)" if plat == "dtk" else ""),
+                     "use --engine torch there, or Paddle's DCU image", row.source)], []
+
+
+def python_ok(row: Paddle, py: Version) -> Optional[bool]:
+    return any(release_starts_with(p, py) or release_starts_with(py, p) for p in row.python) if row.python else None
+
+
+def python_text(row: Paddle) -> str:
+    return ", ".join(str(p) for p in row.python) or "not stated"
+
+
+def constrain(m: Matrix, q: Query, row: Paddle, base: Query, plat: str) -> Union[Query, Conflict]:
+    if not row.cuda:
+        return base
+    cuda = Version(row.cuda)
+    if q.cuda is not None and not release_starts_with(cuda, q.cuda) and not release_starts_with(q.cuda, cuda):
+        return Conflict("engine.cuda", f"{label(row)} is built for CUDA {row.cuda}; --cuda {q.flags().get('cuda')} asks for another",
+                        f"use --cuda {row.cuda}, or another build", row.source)
+    # Paddle 2.x links the system's CUDA and cuDNN: the image's CUDA is the build's; 3.x wheels carry their own CUDA
+    # libraries (its install docs), so the image needs the same major only
+    bundled = _version(row) >= Version("3.0.0.dev0")
+    return replace(base, cuda=Version(str(cuda.major)) if bundled else Version(f"{cuda.major}.{cuda.minor}"))
+
+
+def packages(row: Paddle, plat: str) -> EnginePackages:
+    index = row.index if row.index and row.index != PYPI else None
+    return EnginePackages("paddle", row.version, (f"{row.package}=={row.version}",), row.source, index_url=index,
+                          find_links=row.find_links)

@@ -95,3 +95,11 @@ def test_the_project_schema_takes_every_engine_and_a_pin_for_the_pip_road_only()
         for pattern in containers:
             assert bool(re.fullmatch(pattern, engine)) == (engine in CONTAINER_ENGINES), (pattern, engine)
     assert not re.fullmatch(target[0], "tensorrt")
+
+
+def test_the_refresh_schema_names_every_derived_region():
+    from envkit.matrixgen.refresh import REGIONS
+
+    enums = re.findall(r'"enum": (\[[^\]]*"flash_attn"[^\]]*\])', json.dumps(_schema("matrix-refresh")))
+    assert enums and all(json.loads(e) == [r.name for r in REGIONS] for e in enums), \
+        "matrix-refresh.schema.json: the regions' enum (a pip engine's table is a region)"

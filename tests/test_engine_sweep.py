@@ -18,6 +18,7 @@ from envkit.app.generate import GeneratedEngine, generate
 from envkit.config import matrix_file
 from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
+from envkit.model.engine_specs import PIP_ENGINES
 from envkit.model.flags import ResolveFlags
 from envkit.model.solution import Result, Unsolved
 
@@ -150,7 +151,7 @@ def test_dropping_the_driver_never_loses_a_solution():
 PIP_GPUS = ONE_PER_ARCH + tuple(g.name for g in M.gpus if g.vendor != "nvidia")
 
 
-@pytest.mark.parametrize("engine", ("fastllm", "sglang", "paddle"))
+@pytest.mark.parametrize("engine", PIP_ENGINES)
 def test_generate_builds_exactly_what_resolve_answers_for_the_pip_engines(engine):
     """The same property for the engines installed by pip on envkit's own stack: every GPU arch, AMD and Hygon GPUs, the CPU."""
     both = 0

@@ -18,7 +18,7 @@ from envkit.core.inferred import inferred_entries
 from envkit.core.resolve import parse_query
 from envkit.core.resolve import resolve as solve
 from envkit.core.resolve.query import parse_machine
-from envkit.errors import InputError, MatrixError
+from envkit.errors import InputError, MatrixError, MatrixProblem
 from envkit.matrixgen import refresh as derived
 from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import Matrix
@@ -35,10 +35,13 @@ class Checked:
     matrix: Matrix
     rows: dict[str, int]
     inferred: dict[str, Any]
+    derived: tuple[str, ...] = ()  # the tables `envkit matrix refresh` writes (their rows between region markers)
+    hand_kept: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "ok": True, "path": self.matrix.path, "rows": self.rows, "inferred": self.inferred["total"],
-                "inferred_kinds": self.inferred["kinds"], "inferred_that_can_name_an_artifact": self.inferred["can_name_artifact"]}
+                "inferred_kinds": self.inferred["kinds"], "inferred_that_can_name_an_artifact": self.inferred["can_name_artifact"],
+                "tables": {"derived": list(self.derived), "hand_kept": list(self.hand_kept)}}
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,12 @@ def check(path: Optional[str]) -> Union[Checked, Rejected]:
         m = matrix_file.load(path)
     except MatrixError as exc:
         return Rejected(exc)
+    parts = derived.layout(Path(m.path).read_text(encoding="utf-8"))
+    if parts.problems:
+        return Rejected(MatrixError([MatrixProblem(line, text) for line, text in parts.problems], m.path))
     rows = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
             "flash_attn": len(m.flash_attn), "vllm": len(m.vllm), "python": len(m.python)}
-    return Checked(m, rows, inferred_entries(m))
+    return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept)
 
 
 @dataclass(frozen=True)

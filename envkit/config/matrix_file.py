@@ -27,7 +27,7 @@ from envkit import data
 from envkit.config.fields import REQUIRED, Field, Invalid, Problem, Table, identity, too_deep, type_name
 from envkit.config.userfile import read_bytes
 from envkit.errors import MatrixError, MatrixProblem
-from envkit.model.engines import FasterTransformer, Ftllm, FtllmSource, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
+from envkit.model.engines import FasterTransformer, Ftllm, FtllmSource, Lmdeploy, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
     MACHINES,
@@ -380,11 +380,11 @@ def _pattern(regex: str, example: str) -> Callable[[str], str]:
     return conv
 
 
-_NO_SOURCE = "every row needs a source: a URL or 'doc:<document>'"
+_NO_SOURCE = "every row needs a source: a URL, a purl (pkg:pypi/NAME@VERSION) or 'doc:<document>'"
 
 
 def _source(x: Any) -> str:
-    if not isinstance(x, str) or not re.match(r"(https?://|doc:|file:|wheel:)\S+", x):
+    if not isinstance(x, str) or not re.match(r"(https?://|pkg:|doc:|file:|wheel:)\S+", x):
         raise ValueError(_NO_SOURCE)
     return x
 
@@ -867,6 +867,10 @@ _PADDLE = _Spec(Paddle, Table.of(
     _req("package"), _req("version"), _req("variant"), _SOURCE, _opt("cuda"), _opt("cudnn"), _opt("dtk"),
     Field("python", _python_list, list, ()), _opt("index"), _opt("find_links"), _opt("image"), _strs("unknown")))
 
+_LMDEPLOY = _Spec(Lmdeploy, Table.of(
+    _VERSION, _req("wheel"), _SOURCE, Field("python", _python_list, list, ()), _opt("torch"), _strs("requires"),
+    _opt("cuda_major", _strict_int, int), _strs("archs"), _opt("min_cc", _cc), _opt("wheel_sha256"), _strs("unknown")))
+
 
 def _project(name: str) -> str:
     """A package name as PEP 503 compares it."""
@@ -895,6 +899,8 @@ ENGINE_TABLES: dict[str, EngineTable] = {  # each named by an engine of model/en
     "paddle": EngineTable(_PADDLE, lambda x: (_project(x.package), x.version, x.variant), "(package, version, variant)", by_version=False,
                           written=("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image",
                                    "unknown", "source")),
+    "lmdeploy": EngineTable(_LMDEPLOY, lambda x: x.version, "version", written=(
+        "version", "python", "torch", "requires", "cuda_major", "archs", "min_cc", "wheel", "wheel_sha256", "unknown", "source")),
 }
 
 _FASTERTRANSFORMER = _Spec(FasterTransformer, Table.of(

@@ -128,8 +128,8 @@ def derive_pip_engine(table: str, docs: dict[str, Any]) -> list[dict[str, Any]]:
     for doc in docs.values():
         for r in doc.get(table, []):
             row = {k: r[k] for k in keys if k in r and r[k] not in ("", [])}
-            if not row.get("source", "").startswith("https://"):
-                raise ValueError(f"{table} {r.get('version')}: its source must start with its URL")
+            if not row.get("source", "").startswith(("https://", "pkg:")):
+                raise ValueError(f"{table} {r.get('version')}: its source must start with its URL or its purl (pkg:pypi/NAME@VERSION)")
             rows.append(row)
     return rows
 

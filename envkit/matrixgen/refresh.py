@@ -172,3 +172,45 @@ def check(text: str, sources: Path, regions: tuple[Region, ...] = REGIONS) -> li
                                                 f"matrix.toml ({region.name})", f"derived from data/sources/{region.directory}", n=1))
             out.append((region.name, rows, diff))
     return out
+
+
+_TABLE_HEADER = re.compile(r"^\[\[([A-Za-z0-9_]+)\]\]")
+_REGION_BEGIN = re.compile(r"^# >>> derived: (\S+)")
+_REGION_END = re.compile(r"^# <<< derived: (\S+)")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which tables of a matrix file are derived (their rows between a region's markers) and which are kept by hand, and
+    what breaks the two parts' order: a derived table's row outside its region, or a hand-kept table below the first
+    region (matrix.toml keeps the hand-kept tables first, then the derived ones: docs/matrix-provenance.md)."""
+
+    derived: tuple[str, ...]
+    hand_kept: tuple[str, ...]
+    problems: tuple[tuple[int, str], ...]  # (line, what is wrong there)
+
+
+def layout(text: str) -> Layout:
+    """The layout of a matrix file's text; a file without regions is all hand-kept, with no problem."""
+    region: str | None = None
+    first_region = 0
+    rows: dict[str, list[tuple[int, str | None]]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if (m := _REGION_BEGIN.match(line)) is not None:
+            region, first_region = m.group(1), first_region or number
+        elif _REGION_END.match(line):
+            region = None
+        elif (m := _TABLE_HEADER.match(line)) is not None:
+            rows.setdefault(m.group(1), []).append((number, region))
+    derived = tuple(t for t, at in rows.items() if any(r is not None for _, r in at))
+    problems: list[tuple[int, str]] = []
+    for table, at in rows.items():
+        for number, inside in at:
+            if table in derived and inside is None:
+                problems.append((number, f"a [[{table}]] row kept by hand, but [[{table}]] is derived: `envkit matrix refresh` "
+                                         f"writes its rows between its region's markers; put the fact in its extract under data/sources"))
+            elif table not in derived and first_region and number > first_region:
+                problems.append((number, f"[[{table}]] is kept by hand and sits among the derived tables (below line {first_region}, "
+                                         "the first derived region): move it above, with the other hand-kept tables"))
+                break  # the table's first misplaced row names it
+    return Layout(derived, tuple(t for t in rows if t not in derived), tuple(sorted(problems)))

@@ -34,6 +34,7 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
     EngineSpec("fastllm", "pip", ("ftllm", "ftllm_source"), ("ftllm",)),
     EngineSpec("sglang", "pip", ("sglang",), ("sglang",), nvidia_only=True),
     EngineSpec("paddle", "pip", ("paddle",), ("paddle",)),
+    EngineSpec("lmdeploy", "pip", ("lmdeploy",), ("lmdeploy",), nvidia_only=True),
     EngineSpec("trtllm", "container", ("trtllm",), nvidia_only=True),
     EngineSpec("triton-trtllm", "container", ("triton", "trtllm_backend", "trtllm"), nvidia_only=True),
     EngineSpec("triton-vllm", "container", ("triton",), nvidia_only=True),

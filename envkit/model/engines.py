@@ -366,6 +366,24 @@ class Paddle:
     unknown: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Lmdeploy:
+    """An LMDeploy release: the Pythons its x86_64 wheels are built for, its torch pin and every Requires-Dist line of its
+    METADATA, the CUDA major of its PyPI wheel, the archs its TurboMind library is compiled for (CMake's list: "80-real"
+    SASS only, "90" SASS and PTX), and the compute capability its docs name as the floor."""
+    version: Version
+    wheel: str
+    source: str
+    python: tuple[Version, ...] = ()
+    torch: Optional[str] = None  # the Requires-Dist line, e.g. 'torch<=2.5.1,>=2.0.0'
+    requires: tuple[str, ...] = ()
+    cuda_major: Optional[int] = None
+    archs: tuple[str, ...] = ()
+    min_cc: Optional[CC] = None
+    wheel_sha256: Optional[str] = None
+    unknown: tuple[str, ...] = ()
+
+
 FASTLLM_REPOSITORY = "https://github.com/ztxz16/fastllm"
 
 

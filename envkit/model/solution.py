@@ -111,7 +111,7 @@ class Solution:
     kernels: tuple[KernelPlan, ...]
     notes: tuple[str, ...]
     sources: tuple[str, ...]
-    engine: Optional[EnginePackages] = None  # --engine fastllm|sglang|paddle: its packages, installed after torch
+    engine: Optional[EnginePackages] = None  # a pip engine of the registry (model/engine_specs.py): its packages, installed after torch
     machine: str = "x86_64"  # the CPU architecture the wheels and images are for (--platform-arch)
 
     @property

@@ -559,6 +559,8 @@ def print_matrix_check(c: Checked) -> None:
         sys.stdout.write(f"  inferred: {n} x {kind}\n")
     for name in inferred["can_name_artifact"]:
         sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
+    if c.derived:
+        sys.stdout.write(f"  kept by hand: {', '.join(c.hand_kept)}\n  derived (envkit matrix refresh): {', '.join(c.derived)}\n")
 
 
 def print_refresh(r: Refreshed) -> None:

@@ -613,8 +613,8 @@ def _flash_attn(fa: Optional[FlashAttnPlan]) -> Optional[Block]:
 
 @dataclass(frozen=True)
 class EngineWheels(Block):
-    """A pip-stack serving engine (fastllm, sglang, paddle): its pinned packages after torch, from the index, the
-    engine's own index or find-links page through the site's rewrite, or the wheelhouse offline."""
+    """A pip-stack serving engine (the registry's pip road: fastllm, sglang, paddle, lmdeploy): its pinned packages after
+    torch, from the index, the engine's own index or find-links page through the site's rewrite, or the wheelhouse offline."""
 
     packages: EnginePackages
 

@@ -85,12 +85,18 @@ def specifier_python_ok(python: Any, py: Version) -> Optional[bool]:
 
 
 def runs_on(archs: tuple[str, ...], cc: CC) -> bool:
-    """Whether a library built for CMake's arch list ('80-real': SASS only; '120': SASS and PTX) runs on `cc`."""
-    def arch(text: str) -> tuple[CC, bool]:
+    """Whether a library built for CMake's arch list runs on `cc`: '80-real' is SASS only (runs on 8.0 to 8.9), '120' SASS
+    and PTX (the PTX on any later GPU too), '90a-real' SASS of the arch-specific features (on 9.0 alone)."""
+    def runs(text: str) -> bool:
         real = text.endswith("-real")
         digits = text[:-5] if real else text
-        return CC(int(digits[:-1]), int(digits[-1])), not real
-    return any(sass_runs_on(a, cc) or (ptx and a <= cc) for a, ptx in map(arch, archs))
+        specific = digits.endswith("a")
+        digits = digits.rstrip("af")
+        built = CC(int(digits[:-1]), int(digits[-1]))
+        if specific:
+            return built == cc
+        return sass_runs_on(built, cc) or (not real and built <= cc)
+    return any(runs(a) for a in archs)
 
 
 def no_compile(row: Row, q: Query, r: Result) -> Arch:

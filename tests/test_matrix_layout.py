@@ -1,0 +1,60 @@
+"""matrix.toml in two parts: the tables kept by hand first, then the derived ones (their rows between the region
+markers `envkit matrix refresh` writes). `envkit matrix check` refuses a file that mixes them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from envkit.matrixgen import refresh
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = ROOT / "matrix.toml"
+
+
+def _check(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envkit", "matrix", "check", str(path), "--json"], capture_output=True, text=True)
+
+
+def test_the_repository_matrix_keeps_its_two_parts_apart():
+    parts = refresh.layout(MATRIX.read_text(encoding="utf-8"))
+    assert parts.problems == ()
+    assert set(parts.derived) == {r.name for r in refresh.REGIONS}
+    assert {"cuda", "gpu", "gpu_driver", "rocm", "dtk", "python", "os"} <= set(parts.hand_kept)
+    assert not set(parts.derived) & set(parts.hand_kept)
+
+
+def test_matrix_check_names_both_parts_in_its_json():
+    ran = _check(MATRIX)
+    assert ran.returncode == 0, ran.stderr
+    tables = json.loads(ran.stdout)["tables"]
+    assert tables["derived"][:3] == ["torch", "flash_attn", "vllm"] and "cuda" in tables["hand_kept"]
+
+
+def test_a_hand_kept_table_among_the_derived_ones_is_refused_with_its_line(tmp_path):
+    text = MATRIX.read_text(encoding="utf-8")
+    start = text.index("# FasterTransformer: archived")
+    end = text.index("\n\n", text.index("[[fastertransformer]]"))
+    block = text[start:end]
+    moved = tmp_path / "matrix.toml"
+    moved.write_text(text[:start] + text[end + 2:] + "\n" + block + "\n", encoding="utf-8")
+    line = moved.read_text(encoding="utf-8").splitlines().index("[[fastertransformer]]") + 1
+    assert refresh.layout(moved.read_text(encoding="utf-8")).problems[0][0] == line
+    ran = _check(moved)
+    assert ran.returncode == 3
+    assert f"line {line}: [[fastertransformer]] is kept by hand and sits among the derived tables" in ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 2  # the headline and the one table's first row, not every row
+
+
+def test_a_hand_written_row_of_a_derived_table_is_refused():
+    text = "schema = 1\n[[torch]]\nversions = ['1']\n# >>> derived: torch (x)\n[[torch]]\nversions = ['2']\n# <<< derived: torch\n"
+    parts = refresh.layout(text)
+    assert parts.derived == ("torch",)
+    assert [line for line, _ in parts.problems] == [2]
+    assert "kept by hand, but [[torch]] is derived" in parts.problems[0][1]
+
+
+def test_a_matrix_without_regions_is_all_hand_kept():
+    parts = refresh.layout("schema = 1\n[[cuda]]\nversion = '12.4'\n[[gpu]]\nname = 'x'\n")
+    assert parts == refresh.Layout((), ("cuda", "gpu"), ())

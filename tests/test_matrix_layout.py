@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from envkit.matrixgen import refresh
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,3 +60,21 @@ def test_a_hand_written_row_of_a_derived_table_is_refused():
 def test_a_matrix_without_regions_is_all_hand_kept():
     parts = refresh.layout("schema = 1\n[[cuda]]\nversion = '12.4'\n[[gpu]]\nname = 'x'\n")
     assert parts == refresh.Layout((), ("cuda", "gpu"), ())
+
+
+@pytest.mark.parametrize("header", ["[[ torch ]]", '[["torch"]]', "  [[torch]]", "[[torch]]  # a comment"])
+def test_a_derived_table_s_row_is_found_however_its_header_is_spelt(header):
+    text = f"schema = 1\n{header}\nversions = ['1']\n# >>> derived: torch (x)\n[[torch]]\nversions = ['2']\n# <<< derived: torch\n"
+    assert [line for line, _ in refresh.layout(text).problems] == [2]
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ("# >>> derived: torch (x)\n[[torch]]\nv = 1\n", 1, "region torch is never closed"),
+    ("# >>> derived: torch (x)\n[[torch]]\n# <<< derived: vllm\n", 3, "closes region torch (line 1)"),
+    ("[[cuda]]\n# <<< derived: torch\n", 2, "closes no region"),
+    ("# >>> derived: torch (x)\n# >>> derived: vllm (x)\n# <<< derived: vllm\n", 2, "begins inside region torch (line 1)"),
+    ("# >>> derived: torch (x)\n[[torch]]\n[[vllm]]\n# <<< derived: torch\n", 3, "a [[vllm]] row inside the derived region of torch"),
+])
+def test_a_broken_region_is_named_with_its_line(text, line, says):
+    problems = refresh.layout(text).problems
+    assert any(at == line and says in what for at, what in problems), problems

@@ -16,10 +16,11 @@ import re
 import reprlib
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, Union
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
@@ -683,7 +684,18 @@ _VLLM = _Spec(Vllm, Table.of(
 
 # ---------------------------------------------------------------- torch: one row, many versions x variants
 
-_TORCH = Table.of(_req("versions", _version_list, list), _req("python", SpecifierSet), _SOURCE, _req("variants", kind=list))
+def _triton_requirement(x: Any) -> str:
+    try:
+        req = Requirement(x)
+    except InvalidRequirement:
+        raise ValueError(f"not a requirement line: {_short(x)}") from None
+    if req.name != "triton":
+        raise ValueError(f"a requirement on triton, like 'triton==3.1.0', not on {req.name}")
+    return str(x)
+
+
+_TORCH = Table.of(_req("versions", _version_list, list), _req("python", SpecifierSet), _opt("triton", _triton_requirement), _SOURCE,
+                  _req("variants", kind=list))
 
 _VARIANT_HEAD = Table.of(_req("name"), _opt("only", SpecifierSet))
 _VARIANT_BODY = Table.of(
@@ -761,6 +773,7 @@ def _read_torch(rows: list[_Row]) -> list[TorchBuild]:
             for vr in variants:
                 b = _torch_variant(vr, version, inherited)
                 if b is not None:
+                    b = replace(b, triton=row["triton"], triton_source=row["source"].split("; ")[0])
                     out.append(r.doc.at(b, vr))
     return out
 

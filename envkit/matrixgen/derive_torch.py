@@ -7,7 +7,8 @@ the release's build matrix (variants.json), each with the arch list the release'
 (variants.json) or PyTorch's own release statements (release-notes.json) give. A variant whose
 arch list no source states is still listed (it exists) without `archs`; the resolver will not put
 a GPU on it. The ABI of a non-PyPI variant comes from maintainers' statements (abi.json), else it
-is taken as the PyPI build's and the row is marked inferred.
+is taken as the PyPI build's and the row is marked inferred. `triton` is the triton requirement line of
+the PyPI x86_64 wheel's METADATA, verbatim: the triton the release's Linux builds pin.
 
 Each variant also says which CPU architectures it has Linux wheels for (`machines`): x86_64 (every
 source above is of the x86_64 builds), and aarch64 where PyPI's own aarch64 wheel of the release is
@@ -86,7 +87,19 @@ def _pypi(ext: dict[str, Any]) -> dict[str, Any]:
         "ptx": _dotted("sm_" + ptx[-1][len("compute_"):]) if ptx else None,
         "abi": m["cxx11abi"]["value"],
         "citation": m["wheel"]["citation"],
+        "triton": _triton(ext),
     }
+
+
+def _triton(ext: dict[str, Any]) -> Optional[str]:
+    """The triton requirement line of the release's PyPI Linux x86_64 wheels' METADATA, verbatim (None: they require none)."""
+    lines = {line for m in ext["measured"] for line in m["metadata"].get("requires_dist_triton", [])}
+    if len(lines) > 1:
+        raise DeriveError(f"torch {ext['version']}: its x86_64 wheels require different tritons: {sorted(lines)}")
+    line = next(iter(lines), None)
+    if line is not None and Requirement(line).name != "triton":
+        raise DeriveError(f"torch {ext['version']}: {line!r} is not a requirement on triton")
+    return line
 
 
 def _linux_aarch64_env(python: str) -> dict[str, str]:
@@ -304,6 +317,7 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
     return {
         "versions": [version],
         "python": _python(ext),
+        **({"triton": pypi["triton"]} if pypi["triton"] else {}),
         "source": pypi["citation"] + (f"; {listing['listing']['evidence']['url_at_commit']}" if listing and listing.get("listing", {}).get("evidence") else ""),
         "variants": variants + [cpu],
     }

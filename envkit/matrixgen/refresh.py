@@ -174,9 +174,9 @@ def check(text: str, sources: Path, regions: tuple[Region, ...] = REGIONS) -> li
     return out
 
 
-_TABLE_HEADER = re.compile(r"^\[\[([A-Za-z0-9_]+)\]\]")
-_REGION_BEGIN = re.compile(r"^# >>> derived: (\S+)")
-_REGION_END = re.compile(r"^# <<< derived: (\S+)")
+_TABLE_HEADER = re.compile(r"""^\s*\[\[\s*["']?([A-Za-z0-9_-]+)["']?\s*\]\]""")  # [[torch]], [[ torch ]], [["torch"]]
+_REGION_BEGIN = re.compile(r"^\s*# >>> derived: (\S+)")
+_REGION_END = re.compile(r"^\s*# <<< derived: (\S+)")
 
 
 @dataclass(frozen=True)
@@ -190,26 +190,50 @@ class Layout:
     problems: tuple[tuple[int, str], ...]  # (line, what is wrong there)
 
 
+def _markers(number: int, line: str, open_: tuple[str, int] | None, problems: list[tuple[int, str]]) -> tuple[str, int] | None:
+    """The region open after `line` (its name and first line), given the one open before; a marker out of turn is a problem."""
+    if (m := _REGION_BEGIN.match(line)) is not None:
+        if open_ is not None:
+            problems.append((number, f"region {m.group(1)} begins inside region {open_[0]} (line {open_[1]}): close it first "
+                                     f"with `{_END.format(name=open_[0])}`"))
+        return m.group(1), number
+    if (m := _REGION_END.match(line)) is not None:
+        if open_ is None:
+            problems.append((number, f"`{line.strip()}` closes no region: no `# >>> derived: {m.group(1)}` line opens one above"))
+        elif m.group(1) != open_[0]:
+            problems.append((number, f"`{line.strip()}` closes region {open_[0]} (line {open_[1]}): "
+                                     f"write `{_END.format(name=open_[0])}`"))
+        return None
+    return open_
+
+
 def layout(text: str) -> Layout:
     """The layout of a matrix file's text; a file without regions is all hand-kept, with no problem."""
-    region: str | None = None
+    open_: tuple[str, int] | None = None
     first_region = 0
     rows: dict[str, list[tuple[int, str | None]]] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if (m := _REGION_BEGIN.match(line)) is not None:
-            region, first_region = m.group(1), first_region or number
-        elif _REGION_END.match(line):
-            region = None
-        elif (m := _TABLE_HEADER.match(line)) is not None:
-            rows.setdefault(m.group(1), []).append((number, region))
-    derived = tuple(t for t, at in rows.items() if any(r is not None for _, r in at))
     problems: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        before = open_
+        open_ = _markers(number, line, open_, problems)
+        if open_ is not None and open_ != before:
+            first_region = first_region or number
+        elif before is None and open_ is None and (m := _TABLE_HEADER.match(line)) is not None:
+            rows.setdefault(m.group(1), []).append((number, None))
+        elif open_ is not None and (m := _TABLE_HEADER.match(line)) is not None:
+            rows.setdefault(m.group(1), []).append((number, open_[0]))
+            if m.group(1) != open_[0]:
+                problems.append((number, f"a [[{m.group(1)}]] row inside the derived region of {open_[0]} (line {open_[1]}): "
+                                         f"`envkit matrix refresh` would overwrite it; move it out"))
+    if open_ is not None:
+        problems.append((open_[1], f"region {open_[0]} is never closed: add `{_END.format(name=open_[0])}` after its rows"))
+    derived = tuple(t for t, at in rows.items() if any(r == t for _, r in at))
     for table, at in rows.items():
         for number, inside in at:
             if table in derived and inside is None:
                 problems.append((number, f"a [[{table}]] row kept by hand, but [[{table}]] is derived: `envkit matrix refresh` "
                                          f"writes its rows between its region's markers; put the fact in its extract under data/sources"))
-            elif table not in derived and first_region and number > first_region:
+            elif table not in derived and inside is None and first_region and number > first_region:
                 problems.append((number, f"[[{table}]] is kept by hand and sits among the derived tables (below line {first_region}, "
                                          "the first derived region): move it above, with the other hand-kept tables"))
                 break  # the table's first misplaced row names it

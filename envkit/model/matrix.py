@@ -218,6 +218,10 @@ class TorchBuild:
     aarch64_python: Optional[SpecifierSet] = None  # the Pythons of PyPI's aarch64 wheels (with aarch64_pypi); None: not stated
     aarch64_cxx11abi: Optional[bool] = None  # the aarch64 build's C++ ABI, measured; None: not stated
     aarch64_source: str = ""  # where the aarch64 wheels are stated
+    # The triton requirement line of the release's PyPI Linux x86_64 wheel (METADATA, verbatim), like
+    # 'triton (==3.1.0) ; platform_system == "Linux" and ...'; None: it requires none.
+    triton: Optional[str] = None
+    triton_source: str = ""  # the wheel that states it
 
     def __post_init__(self) -> None:
         if self.platform == "cuda" and not self.ccs:
@@ -442,8 +446,12 @@ class Matrix:
     engine_tables: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     def rows(self, table: str) -> tuple[Any, ...]:
-        """A pip engine's table (ftllm, sglang...), in the loader's order (newest first where rows have versions)."""
-        return next((rows for name, rows in self.engine_tables if name == table), ())
+        """A pip engine's table (ftllm, sglang...), in the loader's order (newest first where rows have versions);
+        KeyError for a table the matrix does not read (a misspelt name is a bug, not an empty table)."""
+        for name, rows in self.engine_tables:
+            if name == table:
+                return rows
+        raise KeyError(f"matrix table {table!r} is not one of {[name for name, _ in self.engine_tables]}")
 
     @functools.cached_property
     def index(self) -> MatrixIndex:

@@ -89,6 +89,9 @@ def guarded(args: Sequence[str], run: Callable[[], Any], usage: type[Exception],
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except Exception as exc:  # a bug in envkit
+        if _is_abort(exc):
+            sys.stderr.write("envkit: interrupted\n")
+            sys.exit(EXIT_INTERRUPTED)
         if settings.current().verbose:
             traceback.print_exc()
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -96,11 +99,16 @@ def guarded(args: Sequence[str], run: Callable[[], Any], usage: type[Exception],
              "this is a bug in envkit: re-run with -v and report the traceback", "internal")
 
 
+def _is_abort(exc: BaseException) -> bool:
+    """click's Abort (typer.Abort: a prompt's Ctrl-C or EOF), a RuntimeError rather than a usage error."""
+    return type(exc).__name__ == "Abort" and type(exc).__module__.split(".")[0] in ("click", "typer")
+
+
 def _usage(exc: Any, args: Sequence[str], commands: Collection[str], matrix_commands: Collection[str]) -> NoReturn:
     if type(exc).__name__ == "NoArgsIsHelpError":
         exc.show()
         sys.exit(0)
-    if type(exc).__name__ == "Abort":
+    if _is_abort(exc):
         sys.stderr.write("envkit: interrupted\n")
         sys.exit(EXIT_INTERRUPTED)
     code = getattr(exc, "exit_code", EXIT_USAGE)

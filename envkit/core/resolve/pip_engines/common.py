@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol, Union
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from envkit.model.engines import EnginePackages
@@ -86,17 +87,67 @@ def specifier_python_ok(python: Any, py: Version) -> Optional[bool]:
 
 def runs_on(archs: tuple[str, ...], cc: CC) -> bool:
     """Whether a library built for CMake's arch list runs on `cc`: '80-real' is SASS only (runs on 8.0 to 8.9), '120' SASS
-    and PTX (the PTX on any later GPU too), '90a-real' SASS of the arch-specific features (on 9.0 alone)."""
+    and PTX (the PTX on any later GPU too), '90a-real' SASS of the arch-specific features (on 9.0 alone), '100f-real' of
+    the family-specific ones (on 10.0 and later GPUs of family 10)."""
     def runs(text: str) -> bool:
         real = text.endswith("-real")
         digits = text[:-5] if real else text
-        specific = digits.endswith("a")
-        digits = digits.rstrip("af")
+        suffix = digits[-1] if digits[-1] in "af" else ""
+        digits = digits[:-1] if suffix else digits
         built = CC(int(digits[:-1]), int(digits[-1]))
-        if specific:
+        if suffix == "a":
             return built == cc
+        if suffix == "f":
+            return built.major == cc.major and built <= cc
         return sass_runs_on(built, cc) or (not real and built <= cc)
     return any(runs(a) for a in archs)
+
+
+def linux_x86_64(python: Optional[Version]) -> dict[str, str]:
+    """The marker environment of a Linux x86_64 image, with no extra; without a Python, python_version is left out
+    (see marker_holds)."""
+    env = {"platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    if python is not None:
+        env |= {"python_version": f"{python.major}.{python.minor}", "python_full_version": str(python)}
+    return env
+
+
+def marker_holds(req: Requirement, env: dict[str, str]) -> bool:
+    """Whether a Requires-Dist line applies on `env`; a marker on the Python when the query names none is taken to hold."""
+    if req.marker is None:
+        return True
+    if "python_version" in env:
+        return req.marker.evaluate(env)
+    return any(req.marker.evaluate(env | {"python_version": f"3.{minor}", "python_full_version": f"3.{minor}.0"})
+               for minor in range(8, 16))
+
+
+def triton_wanted(requires: tuple[str, ...], python: Optional[Version]) -> Optional[SpecifierSet]:
+    """The triton an engine's Requires-Dist lines (its default install, no extra) ask for on Linux x86_64; None: none."""
+    env = linux_x86_64(python)
+    found: Optional[SpecifierSet] = None
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.name == "triton" and marker_holds(req, env):
+            found = req.specifier if found is None else found & req.specifier
+    return found
+
+
+def admits_triton(torch_triton: Optional[str], wanted: SpecifierSet, python: Optional[Version]) -> bool:
+    """Whether a torch release whose wheel requires `torch_triton` (its METADATA line) can share an image with an
+    engine that requires triton `wanted`: some triton satisfies both. The versions both ranges name are the
+    candidates tried (a pin names its version; `~=3.8.0` names 3.8.0)."""
+    if not torch_triton:
+        return True
+    req = Requirement(torch_triton)
+    if not marker_holds(req, linux_x86_64(python)):
+        return True
+    names = {Version(s.version.replace(".*", "")) for spec in (req.specifier, wanted) for s in spec}
+    return any(req.specifier.contains(v, prereleases=True) and wanted.contains(v, prereleases=True) for v in names)
 
 
 def no_compile(row: Row, q: Query, r: Result) -> Arch:

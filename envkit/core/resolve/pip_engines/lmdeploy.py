@@ -2,6 +2,7 @@
 range, the CUDA major of the PyPI build, and its OpenAI-compatible server (`lmdeploy serve api_server`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Optional, Union
 
@@ -9,10 +10,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, no_compile, runs_on
+from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, admits_triton, no_compile, pin, runs_on, triton_wanted
 from envkit.core.resolve.query import release_starts_with
 from envkit.model.engines import EnginePackages, Lmdeploy
-from envkit.model.matrix import Matrix
+from envkit.model.matrix import Matrix, TorchBuild
 from envkit.model.solution import Conflict, Query
 
 compile_arch = no_compile
@@ -64,20 +65,61 @@ def _torch_range(line: Optional[str]) -> Optional[SpecifierSet]:
         return None
 
 
+def _cuda_of_local(local: Optional[str]) -> Optional[int]:
+    """'cu118' -> 11, 'cu130' -> 13: the CUDA major of a torch local version (None for cpu, rocm6.2 and the like)."""
+    m = re.fullmatch(r"cu(\d+)(\d)", local or "")
+    return int(m.group(1)) if m else None
+
+
+def _admitted(m: Matrix, q: Query, row: Lmdeploy, torch: SpecifierSet) -> tuple[list[TorchBuild], list[TorchBuild]]:
+    """The CUDA torch releases in `torch`, and those of them whose own triton pin (their wheel's METADATA) meets the
+    triton the row requires."""
+    releases = sorted({b.version: b for b in m.torch if b.platform == "cuda"}.values(), key=lambda b: b.version)
+    in_range = [b for b in releases if torch.contains(b.version, prereleases=True)]
+    triton = triton_wanted(row.requires, q.python)
+    return in_range, [b for b in in_range if triton is None or admits_triton(b.triton, triton, q.python)]
+
+
+def _torch_pins(m: Matrix, q: Query, row: Lmdeploy) -> Union[SpecifierSet, Conflict]:
+    """The torch the row admits: its Requires-Dist range and --torch, less the releases whose triton pin it cannot meet."""
+    torch = _torch_range(row.torch) or SpecifierSet()
+    both = torch if q.torch is None else torch & q.torch
+    asked = f"--torch {q.flags().get('torch')}"
+    in_range, kept = _admitted(m, q, row, both)
+    if not in_range:
+        return Conflict("engine.torch", f"{label(row)} requires torch {torch or 'of any version'}; {asked} leaves no torch "
+                        "the matrix holds", f"drop --torch, or use one in {torch}", row.source)
+    if not kept:
+        pins = ", ".join(f"torch {b.version} requires {pin(b.triton)}" for b in in_range if b.triton)
+        without = _admitted(m, q, row, torch)[1] if q.torch is not None else []
+        fix = (f"drop --torch: {label(row)} installs with torch {', '.join(str(b.version) for b in without)}" if without
+               else "use another --engine lmdeploy==VERSION")
+        return Conflict("engine.torch", f"{label(row)} requires triton {triton_wanted(row.requires, q.python)}; "
+                        f"{asked if q.torch is not None else f'its torch range {torch}'} leaves only torch releases that pin "
+                        f"another ({pins})", fix, "; ".join([row.source, *dict.fromkeys(b.triton_source for b in in_range)]))
+    dropped = [b.version for b in in_range if b not in kept]
+    return both & SpecifierSet(",".join(f"!={v}" for v in dropped)) if dropped else both
+
+
 def constrain(m: Matrix, q: Query, row: Lmdeploy, base: Query, plat: str) -> Union[Query, Conflict]:
-    torch = _torch_range(row.torch)
-    if torch is not None and str(torch):
-        both = torch if q.torch is None else torch & q.torch
-        if not any(both.contains(b.version, prereleases=True) for b in m.torch):
-            return Conflict("engine.torch", f"{label(row)} requires torch {torch}; --torch {q.flags().get('torch')} leaves no torch "
-                            "the matrix holds", f"drop --torch, or use one in {torch}", row.source)
-        base = replace(base, torch=both)
     if row.cuda_major is not None:
-        if q.cuda is not None and q.cuda.major != row.cuda_major:
-            return Conflict("engine.cuda", f"{label(row)}'s PyPI wheel is built for CUDA {row.cuda_major}; --cuda {q.flags().get('cuda')} "
-                            "asks for another", f"use --cuda {row.cuda_major}, or another lmdeploy", row.source)
+        local_major = _cuda_of_local(q.torch_local)
+        cuda_asked = q.cuda is not None and q.cuda.major != row.cuda_major
+        if cuda_asked or local_major not in (None, row.cuda_major):
+            others = sorted({r.cuda_major for r in m.rows("lmdeploy") if r.cuda_major not in (None, row.cuda_major)})
+            elsewhere = f", or an lmdeploy built for CUDA {', '.join(map(str, others))}" if others else ""
+            asked, fix = (f"--cuda {q.flags().get('cuda')}", f"use --cuda {row.cuda_major}") if cuda_asked else (
+                f"--torch {q.flags().get('torch')} (a CUDA {local_major} build)",
+                f"drop +{q.torch_local} from --torch (envkit picks a CUDA {row.cuda_major} build), or name one")
+            return Conflict("engine.cuda", f"{label(row)}'s PyPI wheel is built for CUDA {row.cuda_major}; {asked} asks for another",
+                            fix + elsewhere, row.source)
         if q.cuda is None:
             base = replace(base, cuda=Version(str(row.cuda_major)))
+    torch = _torch_pins(m, q, row)
+    if isinstance(torch, Conflict):
+        return torch
+    if str(torch):
+        base = replace(base, torch=torch)
     return base
 
 

@@ -17,6 +17,6 @@ command -v docker-registry > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get
 .venv/bin/envkit matrix check
 .venv/bin/envkit matrix refresh --check
 .venv/bin/python -m mypy --strict envkit/model envkit/core   # the values and the pure core: strictly typed
-.venv/bin/ruff check --select I envkit                       # imports sorted, first party last
+.venv/bin/ruff check envkit                                  # imports, unused names, lines <= 140, complexity <= 20
 .venv/bin/python -m mypy envkit                             # the rest (inimage/ runs on images' Pythons: not checked)
 exec .venv/bin/python -m pytest -q --durations=25 "$@"   # unit tests first, integration last (tests/conftest.py); the 25 slowest at the end

@@ -1,5 +1,6 @@
-"""The values that cross layers read back what they write: a lock, a solution record, findings, and the
-self-test's and the sweep's recorded documents (docs/) go through from_json and come out of to_json equal."""
+"""The values that cross layers read back what they write: a lock, a solution record, the build plan's document,
+findings, and the self-test's and the sweep's recorded documents (docs/) go through from_json and come out of to_json
+equal."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from envkit.core.judge import judge
 from envkit.model.flags import ResolveFlags, parse_flag_string
 from envkit.model.host import Finding, Host
 from envkit.model.lock import Lock
+from envkit.model.plan import PlanDocument
 from envkit.model.results import SelftestResult, SweepResult
 from envkit.model.solution import SolutionRecord, Unsolved
 
@@ -39,6 +41,16 @@ def test_the_lock_and_the_solution_record_read_back_what_generate_wrote(flags):
     record = SolutionRecord.from_json(json.loads(g.files["envkit/solution.json"]))
     assert record.to_json() == g.result.solution.to_json() and record.platform == g.result.solution.platform
     assert record.default_tag() == f"envkit/{record.platform}:torch{record.torch_pin.replace('+', '-')}"
+
+
+@pytest.mark.parametrize("flags", STACKS, ids=lambda f: "-".join(f.values()))
+def test_the_plan_document_reads_back_what_generate_wrote(flags):
+    g = generate(ResolveFlags.from_mapping(flags))
+    assert not isinstance(g, Unsolved)
+    doc = json.loads(g.files["envkit.plan.json"])
+    plan = PlanDocument.from_json(doc)
+    assert plan.to_json() == doc
+    assert [s["name"] for s in doc["stages"]] and plan.stack == doc["stack"]
 
 
 @pytest.mark.parametrize("bad", [None, [], {"schema": 2}, {"schema": 1, "query": {}}, {"schema": 1, "query": {"gpu": "H100"}, "solution": {}},

@@ -18,14 +18,14 @@ from envkit.app.generate import GeneratedEngine, generate
 from envkit.config import matrix_file
 from envkit.core.resolve import parse_query, resolve
 from envkit.errors import InputError
-from envkit.model.engine_specs import PIP_ENGINES
+from envkit.model.engine_specs import CONTAINER_ENGINES, PIP_ENGINES
 from envkit.model.flags import ResolveFlags
 from envkit.model.solution import Result, Unsolved
 
 pytestmark = pytest.mark.slow
 
 M = matrix_file.load()
-ENGINES = ("triton-trtllm", "trtllm", "triton-vllm", "fastertransformer")
+ENGINES = CONTAINER_ENGINES
 DRIVERS = (None, "470.82.01", "525.147.05", "535.104.05", "550.54.15", "570.124.06", "580.65.06")
 GPUS = tuple(g.name for g in M.gpus if g.vendor == "nvidia")
 ONE_PER_ARCH = tuple({str(g.cc): g.name for g in M.gpus if g.vendor == "nvidia"}.values())
@@ -164,11 +164,38 @@ def test_generate_builds_exactly_what_resolve_answers_for_the_pip_engines(engine
             continue
         if r.ok:
             assert not isinstance(g, Unsolved), (flags, [c.message for c in g.result.conflicts])
-            want, got = r.solution, g.result.solution  # generate may take the base image's own Python (same stack)
-            assert (got.platform, got.torch.version, got.engine, got.toolkit) == (want.platform, want.torch.version, want.engine, want.toolkit), flags
+            want, got = r.solution, g.result.solution  # resolve takes the base image's own Python as generate builds on it
+            assert (got.platform, got.python, got.torch.pin, got.engine, got.toolkit) == \
+                (want.platform, want.python, want.torch.pin, want.engine, want.toolkit), flags
             assert "Dockerfile" in g.files
         else:
             assert isinstance(g, Unsolved), flags
             assert {c.rule for c in g.result.conflicts} == {c.rule for c in r.conflicts}, flags
         both += r.ok
     assert 0 < both, engine
+
+
+STACK_QUERIES = ({}, {"flash_attn": "2"}, {"vllm": "0.6"}, {"torch": "2.5.1"}, {"cuda": "11.8"})
+
+
+def test_generate_builds_exactly_what_resolve_answers_for_the_stack():
+    """The same property for the plain stack (torch, flash-attn, vLLM): the answer's Python, torch build, toolkit,
+    flash-attn and vLLM are generate's, the base image's own Python included where resolve takes it."""
+    both = 0
+    for flags in [{"gpu": g, **more} for g in PIP_GPUS for more in STACK_QUERIES] + [{"platform": "cpu"}]:
+        r = answer(flags)
+        try:
+            g = generate(ResolveFlags.from_mapping(flags))
+        except InputError as e:  # a DTK image comes from the site's registry only
+            assert r.ok and "no site file names one" in e.message, (flags, e.message)
+            continue
+        if not r.ok:
+            assert isinstance(g, Unsolved) and {c.rule for c in g.result.conflicts} == {c.rule for c in r.conflicts}, flags
+            continue
+        assert not isinstance(g, Unsolved), (flags, [c.message for c in g.result.conflicts])
+        want, got = r.solution, g.result.solution
+        assert (got.python, got.torch.pin, got.toolkit, got.flash_attn, got.vllm) == \
+            (want.python, want.torch.pin, want.toolkit, want.flash_attn, want.vllm), flags
+        assert r.notes == g.result.notes, flags
+        both += 1
+    assert both > len(PIP_GPUS), both

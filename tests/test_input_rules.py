@@ -318,17 +318,19 @@ D6_QUERIES = [
 
 
 @pytest.mark.parametrize("args", D6_QUERIES)
-def test_newcomer_d6_resolve_names_the_python_generate_puts_in_the_image(args):
+def test_newcomer_d6_resolve_answers_the_python_generate_puts_in_the_image(args):
     r = _solve(**args)
-    said = next((re.match(r"the image gets Python ([0-9.]+)", w) for w in r.warnings if w.startswith("the image gets")), None)
     g = generate(ResolveFlags.from_mapping(args))
-    image_python = str(g.result.solution.python)
-    assert image_python == (said.group(1) if said else str(r.solution.python)), (r.warnings, image_python)
+    assert g.result.solution.python == r.solution.python, (r.notes, g.result.solution.python)
+    assert g.result.solution.torch == r.solution.torch
 
 
-def test_newcomer_d6_the_readme_example_says_cp310():
+def test_newcomer_d6_the_readme_example_answers_the_image_s_python_3_10_and_says_why():
     r = _solve(gpu="RTX 4090", cuda="11.8", torch="2.1.2", vllm="0.2.7")
-    assert any("the image gets Python 3.10" in w and "cp310" in w for w in r.warnings), r.warnings
+    assert r.solution.python == Version("3.10") and r.python_from_image == Version("3.10")
+    assert any(n.startswith("python 3.10: the base image's own (ubuntu22.04)") for n in r.notes), r.notes
+    pinned = _solve(gpu="RTX 4090", cuda="11.8", torch="2.1.2", vllm="0.2.7", python="3.11")
+    assert pinned.solution.python == Version("3.11") and pinned.python_from_image is None
 
 
 # ---------------------------------------------------------------- doctor --for on a GPU host

@@ -524,3 +524,35 @@ def test_the_hosts_pip_sources_are_said_with_where_they_are_set_and_credentials_
     assert lines[1].startswith("extra-index-url = file:///opt/pypi/simple https://") and lines[1].endswith("(pip.conf [global])")
     assert "s3cr3t-token" not in lines[1] and "***" in lines[1]
     assert lines[2] == "index-url = https://mirror.corp.example/simple (pip.conf [user])" and len(lines) == 3
+
+
+def test_a_mirror_build_locked_generates_once_and_builds_the_context_it_just_wrote(tmp_path, monkeypatch):
+    """build --mirror --locked: one generate, checked against the lock before anything is written, then written whole;
+    the build takes that plan and solution as they are (nothing read back from the files it just wrote)."""
+    from envkit.app import build as build_app
+
+    site = Path(__file__).parent / "golden" / "sites" / "intranet.toml"
+    generated: list[Any] = []
+    real = build_app.generate_pip
+    monkeypatch.setattr(build_app, "generate_pip", lambda *a, **k: generated.append(k.get("out")) or real(*a, **k))
+    checked: list[bool] = []
+    monkeypatch.setattr(build_app, "check_mirror_build", lambda plan, lock, say: checked.append(not (tmp_path / "ctx").exists()))
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(build_app, "build_context", lambda context, **k: seen.update(context=context, **k) or "built")
+    req = build_app.BuildRequest(lock=str(pinned_lock(tmp_path)), mirror=str(site), out=str(tmp_path / "ctx"), locked=True)
+    assert build_app.build(req) == "built"
+    assert generated == [None] and checked == [True]
+    made = seen["made"]
+    assert seen["context"] == tmp_path / "ctx" and made.out == str(tmp_path / "ctx")
+    assert {p: (tmp_path / "ctx" / p).read_bytes() for p in made.files} == made.files
+
+
+def test_the_preflight_takes_the_plan_it_is_given_and_reads_none_back(tmp_path, monkeypatch):
+    from envkit.app import build as build_app
+
+    g = generate(CPU, out=str(tmp_path / "ctx"))
+    monkeypatch.setattr(build_app, "read_plan", lambda context: pytest.fail("the plan just written was read back"))
+    monkeypatch.setattr(build_app.Engine, "connect", classmethod(lambda cls: (_ for _ in ()).throw(ExternalError("no engine", ""))))
+    facts, engine, plan = build_app.collect(tmp_path / "ctx", offline=False, plan=g.plan.document())  # type: ignore[union-attr]
+    assert engine is None and facts.engine_error == "no engine"
+    assert plan == g.plan.document() and facts.bundle_problems == ()  # type: ignore[union-attr]

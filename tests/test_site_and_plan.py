@@ -155,11 +155,13 @@ def test_dtk_needs_the_site_to_name_its_image():
 
 def test_without_python_flag_the_base_images_python_is_preferred_when_torch_stays():
     flags = {"gpu": "H200", "cuda": "13.0", "flash_attn": "2.7.4.post1"}
-    unbiased = resolve(M, parse_query(M, **flags)).solution
+    newest = resolve(M, parse_query(M, **flags, python="3.13")).solution
+    core = resolve(M, parse_query(M, **flags))
     result, used = solve(M, ResolveFlags.from_mapping(flags), Site())
-    assert str(unbiased.python) != "3.12"
-    assert str(result.solution.python) == "3.12" and used.python == "3.12"
-    assert result.solution.torch == unbiased.torch
+    assert str(newest.python) == "3.13"  # the newest Python has the same stack...
+    assert str(core.solution.python) == "3.12" and core.python_from_image is not None  # ...the resolver takes the image's
+    assert str(result.solution.python) == "3.12" and used.python == "3.12"  # the use case's lock records it
+    assert result.solution.torch == newest.torch == core.solution.torch
 
 
 def test_distro_python_when_it_fits_else_the_carried_tarball():

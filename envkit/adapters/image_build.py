@@ -30,7 +30,8 @@ class BuildResult:
 
 
 def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
-                 nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = (), target: Optional[str] = None) -> BuildResult:
+                 nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = (),
+                 target: Optional[str] = None) -> BuildResult:
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None

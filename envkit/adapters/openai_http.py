@@ -207,7 +207,8 @@ def get(url: str, path: str, api_key: Optional[str] = None, timeout: float = 5.0
         except (ValueError, RecursionError):
             doc = None
         error = "" if resp.status == 200 else redact(f"HTTP {resp.status}: " + body[:BODY_WINDOW].decode(errors="replace"), api_key)
-        return Answer(resp.status, doc, error, redact(body[:BODY_WINDOW], api_key, 160), redact(resp.getheader("Location") or "", api_key, 160))
+        return Answer(resp.status, doc, error, redact(body[:BODY_WINDOW], api_key, 160),
+                      redact(resp.getheader("Location") or "", api_key, 160))
     except Exception as exc:  # refused, reset, timed out, a bad host name: the server did not answer
         return Answer(None, None, failure(exc, dog, api_key).replace(" (--request-timeout)", ""))
     finally:

@@ -147,7 +147,8 @@ def error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {text}"
 
 
-def _read_stream(resp: Any, dog: Any, output_len: int, start: float, res: RequestResult, api_key: Optional[str]) -> tuple[int, Optional[float]]:
+def _read_stream(resp: Any, dog: Any, output_len: int, start: float, res: RequestResult,
+                 api_key: Optional[str]) -> tuple[int, Optional[float]]:
     """Read generate_stream's events into `res` (the token events' times, the prompt's tokens, any error); (tokens,
     when the last token event arrived)."""
     last = None

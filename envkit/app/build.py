@@ -3,6 +3,7 @@ SDK with the network off (offline) or on the site's mirrors, a streamed log with
 summary, and a diagnosis of known failures. Nothing is tagged unless the whole build succeeded."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ from envkit.adapters.engine import Engine, SecretFiles
 from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
-from envkit.app.generate import generate, generate_pip
+from envkit.app.generate import Generated, generate, generate_pip, write_context
 from envkit.app.lock import check_bundle, check_mirror_build
 from envkit.app.reporter import Reporter, Silent
 from envkit.app.serving import ServeRequest, prepare
@@ -102,28 +103,34 @@ def read_plan(context: Path) -> PlanDocument:
         raise InputError(f"{context} is not an envkit build context (no Dockerfile / envkit.plan.json)",
                          "pass the directory written by envkit bundle (--bundle) or envkit generate (-o)")
     try:
-        return BuildPlan.from_json(read_json(str(context / "envkit.plan.json"), "plan", "regenerate the context (envkit generate or envkit bundle)"))
+        return BuildPlan.from_json(read_json(str(context / "envkit.plan.json"), "plan",
+                                             "regenerate the context (envkit generate or envkit bundle)"))
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise InputError(f"{context}/envkit.plan.json is not an envkit plan", "regenerate the context (envkit generate or envkit bundle)") from None
+        raise InputError(f"{context}/envkit.plan.json is not an envkit plan",
+                         "regenerate the context (envkit generate or envkit bundle)") from None
 
 
 def read_solution(context: Path) -> SolutionRecord:
     """The solution of the context's lock (the image's tag and labels come from it)."""
     path = str(context / LOCK_NAME)
     try:
-        return SolutionRecord.from_json(read_json(path, "lock file", "regenerate the context (envkit generate or envkit bundle)")["solution"])
+        return SolutionRecord.from_json(read_json(path, "lock file",
+                                                  "regenerate the context (envkit generate or envkit bundle)")["solution"])
     except InputError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise InputError(f"lock file {path} holds no envkit solution", "regenerate the context (envkit generate or envkit bundle)") from None
+        raise InputError(f"lock file {path} holds no envkit solution",
+                         "regenerate the context (envkit generate or envkit bundle)") from None
 
 
-def collect(context: Path, *, offline: bool) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
-    """The preflight's facts, the engine (None when it does not answer) and the context's plan (None only when
-    a bundle's own Dockerfile or plan is missing or unreadable: then the bundle check names it and refuses)."""
+def collect(context: Path, *, offline: bool,
+            plan: Optional[PlanDocument] = None) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
+    """The preflight's facts, the engine (None when it does not answer) and the context's plan (`plan`: the one just
+    written there; None only when a bundle's own Dockerfile or plan is missing or unreadable: then the bundle check
+    names it and refuses)."""
     bundle_problems = tuple(verify(context)) if offline and (context / MANIFEST).is_file() else None
     try:
-        plan: Optional[PlanDocument] = read_plan(context)
+        plan = plan or read_plan(context)
     except InputError:
         if not bundle_problems:  # not a bundle (no manifest), or one whose manifest vouches for what cannot be read
             raise
@@ -177,17 +184,15 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
             raise InputError("--bundle is for offline builds", "add --offline, or drop --bundle to build against --mirror")
         if not req.mirror:
             raise InputError("a build needs --offline --bundle DIR or --mirror SITE.toml", "choose one (see envkit build --help)")
-        if req.locked:  # checked before the context is written
-            pre = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
-                               host_facts=req.host_facts)
-            if isinstance(pre, Unsolved):
-                return pre
-            check_mirror_build(pre.plan, req.lock, reporter.say)
-        g = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror, opts=Options(toolkit=req.toolkit),
-                         out=req.out, host_facts=req.host_facts)
+        g = generate_pip(req.flags, command="build", matrix_path=req.matrix_path, lock=req.lock, mirror=req.mirror,
+                         opts=Options(toolkit=req.toolkit), host_facts=req.host_facts)
         if isinstance(g, Unsolved):
             return g
-        context = Path(req.out)
+        if req.locked:  # checked before the context is written
+            check_mirror_build(g.plan, req.lock, reporter.say)
+        made = write_context(g, req.out)
+        return build_context(Path(req.out), offline=False, tag=req.tag, network=req.network, no_cache=req.no_cache,
+                             dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels, made=made)
     return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
                          dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels)
 
@@ -287,10 +292,12 @@ def export_compiled_wheels(engine: Engine, context: Path, dest: Path, *, network
 
 
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
-                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None) -> Union[Built, DryRun]:
-    """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks."""
+                  reporter: Reporter = Silent(), secrets: tuple[str, ...] = (),
+                  export_wheels: Optional[str] = None, made: Optional[Generated] = None) -> Union[Built, DryRun]:
+    """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks. `made`: the
+    context generate just wrote, whose plan and solution are taken as they are instead of read back from the files."""
     reporter.phase("build")
-    facts, engine, plan = collect(context, offline=offline)
+    facts, engine, plan = collect(context, offline=offline, plan=None if made is None else made.plan.document())
     dest = check_export_dir(export_wheels, plan)
     checks = judge(facts)
     reporter.preflight(checks)
@@ -303,7 +310,7 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     if dry_run:
         return DryRun(str(context))
     assert engine is not None and plan is not None  # the preflight refuses a build without an engine or a readable plan
-    record = read_solution(context)
+    record = read_solution(context) if made is None else SolutionRecord.from_json(json.loads(made.files[LOCK_NAME])["solution"])
     ref = tag or record.default_tag()
     load_images(engine, context, reporter.say)
     buildargs = {} if offline else dict(plan.build_args)

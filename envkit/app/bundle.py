@@ -192,8 +192,8 @@ def make_bundle(flags: ResolveFlags, *, out: str, matrix_path: Optional[str] = N
                 serving: Optional[Prepared] = None, host_facts: Optional[str] = None) -> Union[Bundled, Unsolved]:
     reporter.phase("bundle")
     say = reporter.say
-    g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror, opts=Options(offline=True, toolkit=toolkit),
-                     serving=serving, host_facts=host_facts)
+    g = generate_pip(flags, command="bundle", matrix_path=matrix_path, lock=lock, mirror=mirror,
+                     opts=Options(offline=True, toolkit=toolkit), serving=serving, host_facts=host_facts)
     if isinstance(g, Unsolved):
         return g
     pinned = context_lock(g)  # a pinned lock (envkit lock): exactly its wheels, by sha256, and its base images

@@ -72,10 +72,12 @@ def check(req: CompareRequest) -> Checked:
     if not req.site.strip() or "\n" in req.site or len(req.site) > 80:
         raise InputError(f"--site {req.site!r} is not a one-line label of at most 80 characters", 'write --site "CPU (this host)"')
     if req.output_len < 2 or req.num_prompts < 1 or req.input_len < 1:
-        raise InputError("--output-len needs 2 tokens or more, --num-prompts and --input-len 1 or more", "write --output-len 32 --num-prompts 16")
+        raise InputError("--output-len needs 2 tokens or more, --num-prompts and --input-len 1 or more",
+                         "write --output-len 32 --num-prompts 16")
     for s in specs:
         if s.kind == HF and not Path(s.target).is_dir():
-            raise InputError(f"--engine {s.name}=hf:{s.target}: no such model directory", "give the local model directory (config.json, tokenizer, weights)")
+            raise InputError(f"--engine {s.name}=hf:{s.target}: no such model directory",
+                             "give the local model directory (config.json, tokenizer, weights)")
     if req.hf_python and not any(s.kind == HF for s in specs):
         raise InputError("--hf-python runs the hf: engines", "add --engine NAME=hf:MODEL_DIR, or drop --hf-python")
     if req.hf_python and not Path(req.hf_python).is_file():
@@ -126,7 +128,8 @@ def run_hf(spec: EngineSpec, requests: Sequence[tuple[Any, int]], dtype: str, re
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
         why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else err or f"exit {rc}"
         raise ExternalError(f"{spec.name}: transformers could not decode {spec.target} in {python}: {why}",
-                            "check the model directory (config.json, tokenizer, weights) and --dtype; --trust-remote-code for models with their own code")
+                            "check the model directory (config.json, tokenizer, weights) and --dtype; --trust-remote-code for models with "
+                            "their own code")
     results = [RequestResult(ok=bool(r["ok"]), prompt_tokens=int(r["prompt_tokens"]), output_tokens=int(r["output_tokens"]),
                              latency=float(r["latency_s"]), error=safe_text(str(r.get("error", ""))), output_chars=int(r["output_chars"]))
                for r in doc["requests"]]

@@ -266,5 +266,6 @@ def run(*, matrix_path: Optional[str] = None, deep: bool = False, image: Optiona
             raise InputError(f"--for {for_!r} on {whose}: {exc}", _FOR_FIX) from None
     if host_record is not None:
         base = judge(m, Host.from_json(host_record))
-        environments = _environments(m, host_record, interps[1:], records[1:], base, flags) + (_images(m, host_record, base) if images else [])
+        environments = _environments(m, host_record, interps[1:], records[1:], base, flags) + (
+            _images(m, host_record, base) if images else [])
     return DoctorOutcome(host, tuple(findings), record, image_record, image, tuple(environments))

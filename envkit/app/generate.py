@@ -167,6 +167,12 @@ def generate(flags: ResolveFlags, *, matrix_path: Optional[str] = None, lock: Op
     return _generate(flags, matrix_path, lock, mirror, opts, out, force, serving, engine_opts, say, None, host_facts, given)
 
 
+def write_context(g: Generated, out: str, force: bool = False) -> Generated:
+    """Write a pip stack's context made in memory (generate without `out`), whole, as generate with `out` would."""
+    write_tree(out, g.files, force)
+    return replace(g, out=out)
+
+
 def generate_pip(flags: ResolveFlags, *, command: str, matrix_path: Optional[str] = None, lock: Optional[str] = None,
                  mirror: Optional[str] = None, opts: Options = Options(), out: Optional[str] = None, force: bool = False,
                  serving: Optional[Prepared] = None, host_facts: Optional[str] = None) -> Union[Generated, Unsolved]:

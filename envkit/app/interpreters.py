@@ -63,7 +63,8 @@ def discover(given: tuple[str, ...] = (), environ: Optional[dict[str, str]] = No
         for path in given:
             exe = shutil.which(path) if os.sep not in path else path
             if not exe or not os.path.isfile(exe):
-                raise InputError(f"--python {path}: no such interpreter", "give the path of a python executable, e.g. --python /opt/conda/envs/serve/bin/python")
+                raise InputError(f"--python {path}: no such interpreter",
+                                 "give the path of a python executable, e.g. --python /opt/conda/envs/serve/bin/python")
             out.append(Interpreter(exe, "--python"))
         return out
     found: list[tuple[Optional[str], str]] = [(_env_python(env.get("VIRTUAL_ENV")), "active virtual environment"),

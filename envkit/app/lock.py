@@ -167,7 +167,8 @@ def context_lock(g: Generated) -> Lock:
 def require_pinned(lock: Lock, path: Optional[str], command: str) -> None:
     """--locked: the lock must pin wheels and images, not only the solution."""
     if path is None:
-        raise InputError(f"{command} --locked holds the build to a lock: --lock is missing", "pass --lock envkit.lock.json (made by envkit lock)")
+        raise InputError(f"{command} --locked holds the build to a lock: --lock is missing",
+                         "pass --lock envkit.lock.json (made by envkit lock)")
     if not lock.pinned:
         raise InputError(f"{command} --locked: {path} pins no wheels (a lock written by envkit generate)",
                          "make a pinned one with envkit lock (same resolve flags) and pass it")
@@ -291,7 +292,8 @@ def check_mirror_build(plan: BuildPlan, lock_path: Optional[str], say: Say, engi
     sha256 in the build), and the engine's base images by image ID. Refused: exit 2."""
     lock = read_lock(lock_path) if lock_path else None
     if lock is None:
-        raise InputError("build --locked holds the build to a lock: --lock is missing", "pass --lock envkit.lock.json (made by envkit lock)")
+        raise InputError("build --locked holds the build to a lock: --lock is missing",
+                         "pass --lock envkit.lock.json (made by envkit lock)")
     require_pinned(lock, lock_path, "build")
     try:
         check_engine_images(engine or Engine.connect(), plan, lock, say)

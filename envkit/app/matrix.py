@@ -37,11 +37,13 @@ class Checked:
     inferred: dict[str, Any]
     derived: tuple[str, ...] = ()  # the tables `envkit matrix refresh` writes (their rows between region markers)
     hand_kept: tuple[str, ...] = ()
+    derived_checked: bool = False  # the derived regions were compared with what data/sources derives (found beside the file)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "ok": True, "path": self.matrix.path, "rows": self.rows, "inferred": self.inferred["total"],
                 "inferred_kinds": self.inferred["kinds"], "inferred_that_can_name_an_artifact": self.inferred["can_name_artifact"],
-                "tables": {"derived": list(self.derived), "hand_kept": list(self.hand_kept)}}
+                "tables": {"derived": list(self.derived), "hand_kept": list(self.hand_kept)},
+                "derived_checked": self.derived_checked}
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,21 @@ def check(path: Optional[str]) -> Union[Checked, Rejected]:
         m = matrix_file.load(path)
     except MatrixError as exc:
         return Rejected(exc)
-    parts = derived.layout(Path(m.path).read_text(encoding="utf-8"))
+    text = Path(m.path).read_text(encoding="utf-8")
+    parts = derived.layout(text)
     if parts.problems:
-        return Rejected(MatrixError([MatrixProblem(line, text) for line, text in parts.problems], m.path))
+        return Rejected(MatrixError([MatrixProblem(line, what) for line, what in parts.problems], m.path))
+    sources = derived.default_sources(Path(m.path))
+    if sources.is_dir():  # a maintainer's checkout: the derived regions must be what their extracts derive
+        edited = [MatrixProblem(text[:text.index(f"# >>> derived: {name} ")].count("\n") + 1,
+                                f"the derived [[{name}]] rows differ from what data/sources/ derives ({n} row(s)): a hand edit is "
+                                f"overwritten by `envkit matrix refresh`; put the fact in its extract, then refresh")
+                  for name, n, _diff in derived.check(text, sources)]
+        if edited:
+            return Rejected(MatrixError(edited, m.path))
     rows = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
             "flash_attn": len(m.flash_attn), "vllm": len(m.vllm), "python": len(m.python)}
-    return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept)
+    return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept, sources.is_dir())
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,8 @@ def refresh(matrix_path: Optional[str], sources: Optional[str], check_only: bool
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", "pass --matrix with a readable matrix.toml") from None
+        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+                         "pass --matrix with a readable matrix.toml") from None
     diffs = tuple(derived.check(text, src))
     regions = tuple(r.name for r in derived.REGIONS)
     if check_only or not diffs:
@@ -164,7 +176,8 @@ def _wheel(project: Project, req: EnvkitRequirement) -> WheelInstall:
         raise InputError(f"[ci] envkit: cannot read the wheel {path}: {getattr(exc, 'strerror', None) or exc}", fix) from None
     names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Name:")]
     if not names or canonicalize_name(names[0]) != canonicalize_name(DISTRIBUTION):
-        raise InputError(f"[ci] envkit: {path} is not a wheel of {DISTRIBUTION} (its metadata names {names[0] if names else 'nothing'!r})", fix)
+        raise InputError(f"[ci] envkit: {path} is not a wheel of {DISTRIBUTION} (its metadata names {names[0] if names else 'nothing'!r})",
+                         fix)
     return WheelInstall(path, sha256_file(Path(path)))
 
 
@@ -186,7 +199,8 @@ def _solve_targets(project: Project, matrix_path: Optional[str], fmt: str = "jso
             if fmt not in ("k8s", "json"):
                 bad.append(InputError(f"target {t.name}: engine {result.engine.engine} is NVIDIA's container, which "
                                       f"{fmt} jobs cannot build with envkit build",
-                                      "export it with --format k8s (its server or self-test job), or generate its context with envkit generate"))
+                                      "export it with --format k8s (its server or self-test job), or generate its context with envkit "
+                                      "generate"))
                 continue
             gpu[t.name] = "cuda"
         elif result.solution is None:

@@ -8,11 +8,10 @@ from typing import Optional
 from envkit.config import matrix_file
 from envkit.core.resolve import parse_query
 from envkit.core.resolve import resolve as resolve_query
-from envkit.errors import InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.matrix import Matrix
 from envkit.model.site import Site
-from envkit.model.solution import Result, same_flash_attn
+from envkit.model.solution import Result
 
 
 def resolve(flags: ResolveFlags, matrix_path: Optional[str] = None, host_facts: Optional[str] = None) -> Result:
@@ -28,30 +27,10 @@ def solve(m: Matrix, flags: ResolveFlags, site: Site, host_facts: Optional[str] 
     from envkit.core.resolve.auto import host_flags, wants_auto
 
     host.needs_facts_with_auto(host_facts, wants_auto(flags))
+    read: tuple[tuple[str, str], ...] = ()
     if wants_auto(flags):
         flags, read = host_flags(m, flags, host.view(host_facts))
-        result, given = _solve(m, flags, site)
-        return replace(result, host_read=read), given
-    return _solve(m, flags, site)
-
-
-def _solve(m: Matrix, flags: ResolveFlags, site: Site) -> tuple[Result, ResolveFlags]:
     result = resolve_query(m, parse_query(m, flags))
-    sol = result.solution
-    if sol is None or flags.python:
-        return result, flags
-    from envkit.core.planner.context import base_os  # the planner's own rule for the image: only where one is to be chosen
-
-    try:
-        _, _, osr = base_os(m, sol, site)
-    except InputError:
-        return result, flags
-    if osr.python != sol.python:
-        alt_flags = replace(flags, python=str(osr.python))
-        alt = resolve_query(m, parse_query(m, alt_flags))
-        if alt.solution is not None and alt.solution.torch == sol.torch and alt.solution.vllm == sol.vllm \
-                and same_flash_attn(alt.solution.flash_attn, sol.flash_attn):
-            note = (f"python {osr.python}: the base image's own ({osr.name}), which installs the same stack as "
-                    f"{sol.python} would (--python {sol.python} builds that one instead)")
-            return replace(alt, query=result.query, notes=(note,) + alt.notes), alt_flags
-    return result, flags
+    if result.python_from_image is not None:  # the lock records the Python the image was built with
+        flags = replace(flags, python=str(result.python_from_image))
+    return (replace(result, host_read=read) if read else result), flags

@@ -40,7 +40,8 @@ class SelftestRequest:
 def check_engines(req: SelftestRequest) -> None:
     for e in req.engines:
         if e not in script.ENGINES:
-            raise InputError(f"--engine {e!r} is not an engine", "write --engine hf, hf-static, vllm, openai:http://HOST:PORT or triton:http://HOST:PORT")
+            raise InputError(f"--engine {e!r} is not an engine",
+                             "write --engine hf, hf-static, vllm, openai:http://HOST:PORT or triton:http://HOST:PORT")
 
 
 def check_asked(req: SelftestRequest, urls: list[str], image: Optional[str], dataset: Optional[str], request_rate: float,
@@ -72,7 +73,8 @@ def check_sweep_alone(urls: list[str], req: SelftestRequest, image: Optional[str
                                    ("--parity", req.parity), ("--lambada", req.lambada), ("--quick", req.quick),
                                    ("--peak-gbs", req.peak_gbs), ("--allow-cpu", req.allow_cpu)) if on]
     if len(urls) > 1 or local:
-        raise InputError(f"--engine openai:URL (or triton:URL) sweeps one server; {', '.join(local) or 'a second URL'} belongs to the local self-test",
+        raise InputError(f"--engine openai:URL (or triton:URL) sweeps one server; {', '.join(local) or 'a second URL'} belongs to the "
+                         "local self-test",
                          "run the sweep and the local self-test as two commands")
 
 
@@ -96,7 +98,8 @@ def check(req: SelftestRequest) -> None:
 def script_args(req: SelftestRequest, model: Optional[str], lambada: Optional[str]) -> list[str]:
     """The arguments of the in-image script: only what was asked, so images built by an older envkit, whose
     script knows fewer options, still run a plain self-test."""
-    args = ["--json"] + (["--quick"] if req.quick else []) + (["--parity"] if req.parity else []) + (["--allow-cpu"] if req.allow_cpu else [])
+    args = ["--json"] + (["--quick"] if req.quick else []) + (["--parity"] if req.parity else []) \
+        + (["--allow-cpu"] if req.allow_cpu else [])
     for flag, values in (("--shape", req.shapes), ("--model", (model,) if model else ()), ("--engine", req.engines)):
         for v in values:
             args += [flag, v]
@@ -135,9 +138,9 @@ def run_here(req: SelftestRequest, reporter: Reporter = Silent()) -> SelftestRes
     """Here: the HBM peak is --peak-gbs, else /opt/envkit/solution.json's, else the matrix row of the GPU torch names."""
     check(req)
     with script.stdout_to_stderr():
-        return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0, (req.model,) if req.model else (),
-                          req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "", say=reporter.say,
-                          peak_lookup=matrix_peak, allow_cpu=req.allow_cpu))
+        return SelftestResult.from_json(script.run(req.quick, req.shapes, req.engines or ("hf",), req.peak_gbs or 0.0,
+                          (req.model,) if req.model else (), req.parity, req.input_len or 128, req.output_len or 0, req.lambada or "",
+                          say=reporter.say, peak_lookup=matrix_peak, allow_cpu=req.allow_cpu))
 
 
 def _spec(image: str, req: SelftestRequest, engine: ContainerEngine) -> ContainerSpec:
@@ -157,7 +160,8 @@ def plan_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEn
     return PlannedRun("envkit selftest --image", _spec(image, req, engine), containers.expects(engine, image))
 
 
-def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None, reporter: Reporter = Silent()) -> SelftestResult:
+def run_in_image(image: str, req: SelftestRequest, engine: Optional[ContainerEngine] = None,
+                 reporter: Reporter = Silent()) -> SelftestResult:
     """Inside the image, network none, the GPUs its solution names passed in (core/devices.py). It fails when they are
     not there: the in-image script judges what torch sees against the solution; this side adds why the GPUs were not
     passed (none on this host, or the engine refused them), and judges an older image's script from its label."""

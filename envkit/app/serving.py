@@ -243,10 +243,12 @@ def check_start(image: str, env: tuple[str, ...] = (), model_dir: Optional[str] 
                 timeout: float = 900.0) -> None:
     """Every check of serve's request that needs no engine: done before the engine is contacted (exit 2 without one)."""
     if parse_ref(image) is None:
-        raise InputError(f"--image {_shown_ref(image)} is not an image reference", "pass the serving image's tag (e.g. envkit/serve:tiny) or ID")
+        raise InputError(f"--image {_shown_ref(image)} is not an image reference",
+                         "pass the serving image's tag (e.g. envkit/serve:tiny) or ID")
     _env(env)
     if not re.fullmatch(r"[1-9][0-9]*[kmg]", shm_size):
-        raise InputError(f"--shm-size {shm_size!r} is not a size", "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
+        raise InputError(f"--shm-size {shm_size!r} is not a size",
+                         "write e.g. --shm-size 2g (vLLM's workers share memory through /dev/shm)")
     if not (math.isfinite(timeout) and timeout > 0):
         raise InputError(f"--timeout {timeout} is not a number of seconds", "give a finite number of seconds above 0, e.g. --timeout 900")
     if model_dir is not None:
@@ -374,7 +376,8 @@ def stop(container: str, engine=None) -> None:
     from envkit.adapters.engine import Engine
 
     if not container.startswith(SERVE_PREFIX):
-        raise InputError(f"--stop {container!r} is not a server envkit serve started", f"pass the container name it printed ({SERVE_PREFIX}...)")
+        raise InputError(f"--stop {container!r} is not a server envkit serve started",
+                         f"pass the container name it printed ({SERVE_PREFIX}...)")
     (engine or Engine.connect()).stop_internal(container, container)
 
 

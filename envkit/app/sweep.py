@@ -78,7 +78,8 @@ def one_request(url: str, model: str, prompt: Prompt, output_len: int, api_key: 
     if _passed(deadline):
         return _not_sent()
     if protocol == TRITON:
-        return triton_http.one_request(url, model, prompt, output_len, timeout=request_timeout, api_key=api_key, nest=nest, deadline=deadline)
+        return triton_http.one_request(url, model, prompt, output_len, timeout=request_timeout, api_key=api_key, nest=nest,
+                                       deadline=deadline)
     return openai_http.one_request(url, model, prompt, output_len, timeout=request_timeout, api_key=api_key, endpoint=endpoint,
                                    extras=extras, deadline=deadline)
 
@@ -209,7 +210,8 @@ def wait_ready_triton(url: str, model: str, timeout: float, api_key: Optional[st
             if server_ready:
                 meta = triton_http.get(url, "/v2", api_key, timeout=_probe_s(deadline)).doc
                 if isinstance(meta, dict) and meta.get("name"):
-                    reporter.say(f"{safe_text(str(meta['name']), (api_key,), 80)} {safe_text(str(meta.get('version', '')), (api_key,), 40)} "
+                    reporter.say(f"{safe_text(str(meta['name']), (api_key,), 80)} "
+                                 f"{safe_text(str(meta.get('version', '')), (api_key,), 40)} "
                                  f"at {url}".strip())
             elif ans.status is not None and (300 <= ans.status < 400 or ans.status in (404, 405)):
                 raise ServerError(f"the server at {url} answered GET /v2/health/ready with {_seen(ans)}: no Triton server at this URL",
@@ -228,7 +230,8 @@ def wait_ready_triton(url: str, model: str, timeout: float, api_key: Optional[st
                 if meta.status not in (None, 200):  # "unknown model" says more than "Model version not ready"
                     reason = _one_line(_triton_reason(meta, api_key))
                 raise ExternalError(f"model {model} is not ready on the Triton server at {url} within {timeout:g} s: {reason}",
-                                    "give a model the server serves with --model NAME (TensorRT-LLM's is ensemble), or check the server's log")
+                                    "give a model the server serves with --model NAME (TensorRT-LLM's is ensemble), or check the server's "
+                                    "log")
             if ans.status is not None and ans.status >= 500 and ans.status not in NOT_READY:
                 raise ServerError(f"the server at {url} still answered GET /v2/health/ready with {reason} after {timeout:g} s",
                                   f"check the server's log; {TRITON_URL_FIX}")
@@ -285,7 +288,8 @@ def warm_up(url: str, model: str, prompt: Prompt, served: list[str], api_key: Op
         plain = one_request(url, model, prompt, 2, api_key=api_key, protocol=protocol, endpoint=endpoint, extras=False,
                             request_timeout=request_timeout, deadline=deadline)
         if plain.ok:
-            say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.extra_keys(endpoint))}): {_one_line(r.error, 160)}; "
+            say(f"the server refused the warm-up with vLLM's extra keys ({', '.join(openai_http.extra_keys(endpoint))}): "
+                f"{_one_line(r.error, 160)}; "
                 "it took one without them, so the sweep sends none: a request may stop before --output-len at its end-of-sequence "
                 "token, and tokens are counted from the streamed chunks where the server sends no usage")
             return False
@@ -411,7 +415,8 @@ def check_url(what: str, url: str) -> None:
         raise InputError(f"{what} carries a login (user@host): it would be printed and written into the report",
                          "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
     if "?" in netloc + rest or "#" in netloc + rest:  # ?token=... is never sent (the request paths are envkit's) and would be written
-        raise InputError(f"{what} carries a query string or fragment (?...#...): it is not sent, and would be printed and written into the report",
+        raise InputError(f"{what} carries a query string or fragment (?...#...): it is not sent, and would be printed and written into the "
+                         "report",
                          "give the URL as http://HOST:PORT, and a key with --api-key (or OPENAI_API_KEY)")
 
 

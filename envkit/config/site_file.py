@@ -29,7 +29,8 @@ need it and never written into a layer (model.site.BuildSecret).
     cert = "corp-root-ca.crt"                     # relative to this file
 
     [registry]
-    prefix = "registry.corp:5000"                 # docker.io/nvidia/cuda:X -> registry.corp:5000/nvidia/cuda:X; nvcr.io/nvidia/tritonserver:T -> registry.corp:5000/nvidia/tritonserver:T
+    prefix = "registry.corp:5000"                 # docker.io/nvidia/cuda:X -> registry.corp:5000/nvidia/cuda:X;
+                                                  # nvcr.io/nvidia/tritonserver:T -> registry.corp:5000/nvidia/tritonserver:T
 
     [images]                                      # any base image -> the site's own name or digest
     "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04" = "registry.corp:5000/cuda@sha256:..."
@@ -218,7 +219,8 @@ def _check_no_secrets(path: str, raw: dict, where: str = "") -> None:
         if isinstance(value, dict):
             _check_no_secrets(path, value, here)
         elif _SECRET_KEY.search(key) and where not in ("rewrite", "images"):
-            login = {"pip": _PIP_LOGIN, "apt": _APT_LOGIN, "proxy": _PROXY_LOGIN}.get(where.split(".")[0], f"{_PIP_LOGIN}; images: {_IMAGE_LOGIN}")
+            login = {"pip": _PIP_LOGIN, "apt": _APT_LOGIN, "proxy": _PROXY_LOGIN}.get(where.split(".")[0],
+                                                                                      f"{_PIP_LOGIN}; images: {_IMAGE_LOGIN}")
             raise _bad(path, f"`{here}` looks like a credential: envkit never writes credentials into an image or a site file",
                        f"remove it; {login}")
 
@@ -274,7 +276,8 @@ def _ca_cert(path: str, cert: Optional[str], read_file: Optional[Callable[[Path]
 
 
 # A PEM certificate block (RFC 7468's strict form: the BEGIN line, lines of base64, the END line), one per match.
-_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----[ \t]*\r?\n((?:[A-Za-z0-9+/=]+[ \t]*\r?\n)+)-----END CERTIFICATE-----[ \t]*(?:\r?\n|\Z)")
+_PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----[ \t]*\r?\n((?:[A-Za-z0-9+/=]+[ \t]*\r?\n)+)"
+                       rb"-----END CERTIFICATE-----[ \t]*(?:\r?\n|\Z)")
 _CA_ONLY = ("give a file of the CA certificate(s) alone: sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' FILE "
             "> ca.crt, and point cert at that file")
 

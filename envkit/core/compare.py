@@ -24,7 +24,8 @@ from envkit.model.results import LevelResult
 # KIND of NAME=KIND:TARGET -> the OpenAI endpoint it streams (None: no server, transformers in a local process)
 KINDS: dict[str, Optional[str]] = {"openai": "completions", "chat": "chat", "hf": None}
 HF = "hf"
-SPEC_FIX = "write --engine NAME=KIND:TARGET: vllm=openai:http://127.0.0.1:8000, fastllm=chat:http://127.0.0.1:8080 or transformers=hf:MODEL_DIR"
+SPEC_FIX = ("write --engine NAME=KIND:TARGET: vllm=openai:http://127.0.0.1:8000, fastllm=chat:http://127.0.0.1:8080 or "
+            "transformers=hf:MODEL_DIR")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,39}$")
 DTYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,19}$")
 HF_DTYPES = ("auto", "float32", "float16", "bfloat16")  # what hf: loads the weights as (auto: float32 on CPU, bfloat16 on CUDA)
@@ -70,7 +71,8 @@ def parse_engine(text: str) -> EngineSpec:
                              "give the URL without it and the key with --api-key (or OPENAI_API_KEY)")
         if "?" in target or "#" in target:  # ?token=... is never sent (the paths are envkit's) and would be written
             raise InputError(f"--engine {name}={kind}:URL carries a query string or fragment (?...#...): it is not sent, and would be "
-                             "printed and written into the report", "give the URL as http://HOST:PORT, and a key with --api-key (or OPENAI_API_KEY)")
+                             "printed and written into the report",
+                             "give the URL as http://HOST:PORT, and a key with --api-key (or OPENAI_API_KEY)")
         if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in target):
             raise InputError(f"--engine {name}={kind}:URL holds a control character", SPEC_FIX)
     return EngineSpec(name, kind, target)
@@ -96,7 +98,8 @@ def parse_dtypes(values: Sequence[str], specs: Sequence[EngineSpec]) -> dict[str
     for v in values:
         name, eq, dtype = v.rpartition("=") if "=" in v else ("", "", v)
         if eq and name not in names:
-            raise InputError(f"--dtype {v!r} names no --engine ({', '.join(sorted(names))})", "write --dtype NAME=DTYPE with an engine's NAME, or --dtype DTYPE for all")
+            raise InputError(f"--dtype {v!r} names no --engine ({', '.join(sorted(names))})",
+                             "write --dtype NAME=DTYPE with an engine's NAME, or --dtype DTYPE for all")
         if not DTYPE_RE.match(dtype):
             raise InputError(f"--dtype {v!r}: {dtype!r} is not a dtype", "write --dtype float16, or --dtype NAME=int8")
         if eq:
@@ -187,7 +190,8 @@ class EngineRun:
         d = _need(doc, "a compared engine", "name", "kind", "target", "dtype", "model", "single_batch", "levels")
         if d["kind"] not in KINDS:
             raise ValueError(f"a compared engine's kind is one of {', '.join(KINDS)}")
-        return cls(str(d["name"]), str(d["kind"]), str(d["target"]), str(d["dtype"]), str(d["model"]), SingleBatch.from_json(d["single_batch"]),
+        return cls(str(d["name"]), str(d["kind"]), str(d["target"]), str(d["dtype"]), str(d["model"]),
+                   SingleBatch.from_json(d["single_batch"]),
                    tuple(LevelResult.from_json(lv) for lv in d["levels"]), d.get("endpoint"), d.get("device"))
 
 

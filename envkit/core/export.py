@@ -176,7 +176,8 @@ def github(p: Project, install: Install, labels: Mapping[str, Optional[Labels]],
     }
 
 
-def _groups(p: Project, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> list[tuple[Optional[Labels], Optional[str], list[Target]]]:
+def _groups(p: Project, labels: Mapping[str, Optional[Labels]],
+            gpu: Mapping[str, str]) -> list[tuple[Optional[Labels], Optional[str], list[Target]]]:
     """The targets by (runner labels, GPU platform), in the order they first appear."""
     groups: dict[tuple[Optional[Labels], Optional[str]], list[Target]] = {}
     for t in p.targets:

@@ -46,8 +46,10 @@ def _driver_checks(m: Matrix, h: Host) -> list[Finding]:
         versions = "; ".join(x for x in (f"NVML library {h.nvml_library}" if h.nvml_library else "",
                                          f"kernel module {h.kernel_module}" if h.kernel_module else "") if x)
         out.append(Finding("error", "driver.library-mismatch", f"NVML: {h.nvml_error}" + (f" ({versions})" if versions else ""),
-                           "the loaded nvidia kernel module and the user-space driver libraries are different versions (usually a driver upgrade without a reboot): no CUDA program can start",
-                           "reboot, or unload and reload the nvidia kernel modules (rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; modprobe nvidia)",
+                           "the loaded nvidia kernel module and the user-space driver libraries are different versions (usually a driver "
+                           "upgrade without a reboot): no CUDA program can start",
+                           "reboot, or unload and reload the nvidia kernel modules (rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; "
+                           "modprobe nvidia)",
                            "https://github.com/pytorch/pytorch/issues/45109"))
     tc, drv, dc = _v(h.torch_cuda), h.driver, _v(h.cuda_driver)
     d = None
@@ -58,12 +60,15 @@ def _driver_checks(m: Matrix, h: Host) -> list[Finding]:
             d = None
     row = m.cuda_toolkit(_xy(tc)) if tc is not None else None
     if tc is not None and row is not None and d is not None and d < row.min_driver:
-        out.append(Finding("error", "driver.too-old", f"driver {drv} (CUDA {h.cuda_driver or '?'}); torch {h.torch or ''} is built for CUDA {h.torch_cuda}",
+        out.append(Finding("error", "driver.too-old", f"driver {drv} (CUDA {h.cuda_driver or '?'}); torch {h.torch or ''} is built for "
+                           f"CUDA {h.torch_cuda}",
                            f"CUDA {row.version} needs driver >= {row.min_driver} even with minor-version compatibility",
-                           f"install driver >= {row.toolkit_driver or row.min_driver}, or a torch built for the driver's CUDA (envkit resolve --driver {drv})",
+                           f"install driver >= {row.toolkit_driver or row.min_driver}, or a torch built for the driver's CUDA (envkit "
+                           f"resolve --driver {drv})",
                            MVC))
     elif tc is not None and dc is not None and dc.major < tc.major:
-        out.append(Finding("error", "driver.too-old", f"driver {drv or '?'} supports CUDA {h.cuda_driver}; torch {h.torch or ''} is built for CUDA {h.torch_cuda}",
+        out.append(Finding("error", "driver.too-old", f"driver {drv or '?'} supports CUDA {h.cuda_driver}; torch {h.torch or ''} is built "
+                           f"for CUDA {h.torch_cuda}",
                            "a CUDA major newer than the driver's cannot run (minor-version compatibility stays within one major)",
                            f"upgrade the driver to one for CUDA {tc.major}.x, or install a torch built for CUDA {dc.major}.x"
                            + (f" (envkit resolve --driver {drv})" if drv else ""), MVC))
@@ -105,16 +110,20 @@ def _gpu_arch_checks(m: Matrix, h: Host) -> list[Finding]:
         sass = [CC.parse(f"{a[3:-1]}.{a[-1]}") for a in archs if re.fullmatch(r"sm_\d{2,3}", a)]
         ptx = [CC.parse(f"{a[8:-1]}.{a[-1]}") for a in archs if re.fullmatch(r"compute_\d{2,3}", a)]
         if not any(sass_runs_on(s, cc) for s in sass) and not any(p <= cc for p in ptx):
-            out.append(Finding("error", "gpu.arch-not-in-torch", f"{g.name} is sm_{cc.major}{cc.minor}; torch {h.torch} has {' '.join(archs)}",
-                               "no kernel in this torch build runs on this GPU: \"no kernel image is available for execution on the device\"",
-                               f"install a torch whose arch list covers sm_{cc.major}{cc.minor} (envkit resolve --gpu \"{g.name}\")", source))
+            out.append(Finding("error", "gpu.arch-not-in-torch",
+                               f"{g.name} is sm_{cc.major}{cc.minor}; torch {h.torch} has {' '.join(archs)}",
+                               "no kernel in this torch build runs on this GPU: \"no kernel image is available for execution on the "
+                               "device\"",
+                               f"install a torch whose arch list covers sm_{cc.major}{cc.minor} (envkit resolve --gpu \"{g.name}\")",
+                               source))
     return out
 
 
 def _torch_cuda_checks(m: Matrix, h: Host) -> list[Finding]:
     nvidia = _nvidia(h)
     if h.cuda_available is False and nvidia and h.torch_cuda not in (None, "None"):
-        return [Finding("error", "torch.cuda-unavailable", f"torch {h.torch} says torch.cuda.is_available() is False with {nvidia[0].name} present",
+        return [Finding("error", "torch.cuda-unavailable", f"torch {h.torch} says torch.cuda.is_available() is False with {nvidia[0].name} "
+                        "present",
                         "the GPU is invisible to torch: driver too old, a mismatched driver library, or CUDA_VISIBLE_DEVICES",
                         "see the driver findings above; run nvidia-smi; check CUDA_VISIBLE_DEVICES", MVC)]
     return []
@@ -149,7 +158,8 @@ def _flash_attn_import_checks(m: Matrix, h: Host) -> list[Finding]:
     errors = dict(h.import_errors)
     return [Finding("error", "flash-attn.abi", f"import {mod}: {errors[mod][:160]}",
                     "the module was compiled against another torch (version, CUDA major or C++ ABI) than the one installed",
-                    "install the wheel whose torchX.Y, cuXY and cxx11abi tags match torch, or build it from source against this torch (envkit generate)",
+                    "install the wheel whose torchX.Y, cuXY and cxx11abi tags match torch, or build it from source against this torch "
+                    "(envkit generate)",
                     "https://github.com/Dao-AILab/flash-attention/issues/1644")
             for mod in ("flash_attn_2_cuda", "flash_attn", "rotary_emb", "dropout_layer_norm") if "undefined symbol" in errors.get(mod, "")]
 
@@ -163,18 +173,22 @@ def _flash_attn_wheel_checks(m: Matrix, h: Host) -> list[Finding]:
     if tmm != f"{tv.major}.{tv.minor}":
         out.append(Finding("error", "flash-attn.torch-mismatch", f"{h.flash_attn_wheel} on torch {h.torch}",
                            f"the wheel was built for torch {tmm}; its compiled module will not load against torch {tv.major}.{tv.minor}",
-                           f"install the flash-attn wheel built for torch{tv.major}.{tv.minor} (envkit resolve --torch {tv.public} --flash-attn {h.flash_attn})",
+                           f"install the flash-attn wheel built for torch{tv.major}.{tv.minor} (envkit resolve --torch {tv.public} "
+                           f"--flash-attn {h.flash_attn})",
                            releases))
     tc = _v(h.torch_cuda)
     if tc is not None and int(cu[:2 if len(cu) > 2 else 1]) != tc.major:
         out.append(Finding("error", "flash-attn.torch-mismatch", f"{h.flash_attn_wheel} on torch {h.torch} (CUDA {h.torch_cuda})",
                            f"the wheel was built with CUDA {cu[:-1]}.{cu[-1]}; another CUDA major than torch's does not load",
-                           f"install the flash-attn wheel built for CUDA {tc.major} (envkit resolve --torch {tv.public} --flash-attn {h.flash_attn})",
+                           f"install the flash-attn wheel built for CUDA {tc.major} (envkit resolve --torch {tv.public} --flash-attn "
+                           f"{h.flash_attn})",
                            releases))
     if h.torch_cxx11abi is not None and (abi == "TRUE") != h.torch_cxx11abi:
-        out.append(Finding("error", "flash-attn.abi", f"{h.flash_attn_wheel}: cxx11abi{abi}; torch's _GLIBCXX_USE_CXX11_ABI is {h.torch_cxx11abi}",
+        out.append(Finding("error", "flash-attn.abi", f"{h.flash_attn_wheel}: cxx11abi{abi}; torch's _GLIBCXX_USE_CXX11_ABI is "
+                           f"{h.torch_cxx11abi}",
                            "a different C++ ABI gives \"undefined symbol\" at import",
-                           f"install the cxx11abi{str(h.torch_cxx11abi).upper()} wheel", "https://github.com/Dao-AILab/flash-attention/issues/1644"))
+                           f"install the cxx11abi{str(h.torch_cxx11abi).upper()} wheel",
+                           "https://github.com/Dao-AILab/flash-attention/issues/1644"))
     return out
 
 
@@ -187,7 +201,8 @@ def _vllm_checks(m: Matrix, h: Host) -> list[Finding]:
         return []
     return [Finding("error", "vllm.torch-pin", f"vLLM {h.vllm} with torch {h.torch}",
                     f"vLLM {row.version} is compiled against torch {row.torch}; another torch gives \"undefined symbol\" in vllm._C",
-                    f"pip install \"torch{row.torch}\" from the index of your CUDA variant, or the vLLM that pins torch {tv.public} (envkit resolve --torch {tv.public} --vllm \"*\")",
+                    f"pip install \"torch{row.torch}\" from the index of your CUDA variant, or the vLLM that pins torch {tv.public} "
+                    f"(envkit resolve --torch {tv.public} --vllm \"*\")",
                     row.source)]
 
 
@@ -201,7 +216,8 @@ def _kernel_checks(m: Matrix, h: Host) -> list[Finding]:
     out = []
     wanted = _kernels_wanted(h)
     if wanted and not h.nvcc:
-        out.append(Finding("error", "kernels.no-nvcc", "no nvcc on PATH or in CUDA_HOME" + (f" (CUDA_HOME={h.cuda_home})" if h.cuda_home else ""),
+        out.append(Finding("error", "kernels.no-nvcc",
+                           "no nvcc on PATH or in CUDA_HOME" + (f" (CUDA_HOME={h.cuda_home})" if h.cuda_home else ""),
                            "flash-attn and its csrc kernels compile with nvcc; runtime images and python:slim have none",
                            "build in a CUDA -devel image (envkit generate does) or install the toolkit and set CUDA_HOME=/usr/local/cuda",
                            "https://github.com/Dao-AILab/flash-attention/issues/1736"))
@@ -211,14 +227,17 @@ def _kernel_checks(m: Matrix, h: Host) -> list[Finding]:
         out.extend(_nvcc_gpu_arch_checks(m, h, nv_row)[:1])
     if h.wants_kernels and nv_row is not None and CC(7, 0) not in nv_row.archs:
         out.append(Finding("warning", "kernels.nvcc-arch", f"nvcc {h.nvcc} cannot compile for compute_70",
-                           "flash-attn's csrc/layer_norm and csrc/rotary setup.py hard-code -gencode arch=compute_70: upstream's build fails with \"Unsupported gpu architecture 'compute_70'\"",
-                           "build them with envkit's kernel script (envkit generate --kernels ...), which removes the hard-coded gencodes and pins the arch",
+                           "flash-attn's csrc/layer_norm and csrc/rotary setup.py hard-code -gencode arch=compute_70: upstream's build "
+                           "fails with \"Unsupported gpu architecture 'compute_70'\"",
+                           "build them with envkit's kernel script (envkit generate --kernels ...), which removes the hard-coded gencodes "
+                           "and pins the arch",
                            "docs/kernel-build-gpu.md"))
     tc = _v(h.torch_cuda)
     if nv is not None and tc is not None and nv.major != tc.major and wanted:
         out.append(Finding("warning", "kernels.nvcc-torch-cuda", f"nvcc {h.nvcc}, torch built with CUDA {h.torch_cuda}",
                            "torch.utils.cpp_extension refuses a CUDA major that differs from torch's",
-                           f"use a CUDA {tc.major}.x toolkit (CUDA_HOME) to build extensions for this torch", "https://github.com/pytorch/pytorch/issues/136845"))
+                           f"use a CUDA {tc.major}.x toolkit (CUDA_HOME) to build extensions for this torch",
+                           "https://github.com/pytorch/pytorch/issues/136845"))
     return out
 
 
@@ -230,9 +249,11 @@ def _nvcc_gpu_arch_checks(m: Matrix, h: Host, nv_row: CudaToolkit) -> list[Findi
         if cc is not None and cc not in nv_row.archs:
             newer = next((c.version for c in sorted(m.cuda, key=lambda c: c.version) if cc in c.archs), None)
             out.append(Finding("warning", "kernels.nvcc-arch", f"nvcc {h.nvcc} on a host with {g.name} (sm_{cc.major}{cc.minor})",
-                               f"nvcc {nv_row.version} cannot compile for sm_{cc.major}{cc.minor}: any extension built here for this GPU fails with \"Unsupported gpu architecture 'compute_{cc.major}{cc.minor}'\"",
+                               f"nvcc {nv_row.version} cannot compile for sm_{cc.major}{cc.minor}: any extension built here for this GPU "
+                               f"fails with \"Unsupported gpu architecture 'compute_{cc.major}{cc.minor}'\"",
                                (f"use CUDA >= {newer} to build for this GPU" if newer else "use a newer CUDA toolkit")
-                               + (", or set TORCH_CUDA_ARCH_LIST to an older arch of the same major that nvcc knows" if any(a.major == cc.major for a in nv_row.archs) else ""),
+                               + (", or set TORCH_CUDA_ARCH_LIST to an older arch of the same major that nvcc knows"
+                                  if any(a.major == cc.major for a in nv_row.archs) else ""),
                                nv_row.source))
     return out
 
@@ -256,10 +277,12 @@ def _runtime_checks(m: Matrix, h: Host) -> list[Finding]:
             groups[where].setdefault(mm.group(1), set()).add(path)
     for where, versions in groups.items():
         if len(versions) > 1:
-            return [Finding("warning", "cuda.runtime-shadowing", f"CUDA runtimes {', '.join('libcudart.so.' + v for v in sorted(versions))} in {where}: "
+            return [Finding("warning", "cuda.runtime-shadowing",
+                            f"CUDA runtimes {', '.join('libcudart.so.' + v for v in sorted(versions))} in {where}: "
                             + ", ".join(sorted(p for s in versions.values() for p in s)),
                             "whichever is found first is loaded, and libraries built for the other major fail to load or misbehave",
-                            "keep one CUDA runtime major there (pip uninstall the other nvidia-cuda-runtime wheel, or trim LD_LIBRARY_PATH)",
+                            "keep one CUDA runtime major there (pip uninstall the other nvidia-cuda-runtime wheel, or trim "
+                            "LD_LIBRARY_PATH)",
                             "https://github.com/pytorch/pytorch/issues/147001")]
     return []
 
@@ -269,7 +292,8 @@ def _ld_library_path_checks(m: Matrix, h: Host) -> list[Finding]:
     torch_err = dict(h.import_errors).get("torch", "")
     if ld_dirs and "undefined symbol" in torch_err:
         return [Finding("error", "ld-library-path.foreign", f"import torch: {torch_err[:160]}; LD_LIBRARY_PATH={h.ld_library_path}",
-                        "a CUDA library on LD_LIBRARY_PATH is loaded instead of the one torch's wheel brings, and it lacks a symbol torch needs",
+                        "a CUDA library on LD_LIBRARY_PATH is loaded instead of the one torch's wheel brings, and it lacks a symbol torch "
+                        "needs",
                         "unset LD_LIBRARY_PATH (or drop its CUDA/conda lib directories) for this environment",
                         "https://github.com/pytorch/pytorch/issues/134929")]
     if tc is None:
@@ -289,13 +313,16 @@ def _gpu_health_checks(m: Matrix, h: Host) -> list[Finding]:
         if g.remapped_failure or g.remapped_pending:
             out.append(Finding("error" if g.remapped_failure else "warning", "gpu.remapped-rows",
                                f"{g.name}: row remapping {'failed' if g.remapped_failure else 'pending'}",
-                               "memory rows were retired; a pending remap takes effect only after a GPU reset, a failure means the GPU needs service",
+                               "memory rows were retired; a pending remap takes effect only after a GPU reset, a failure means the GPU "
+                               "needs service",
                                "reset the GPU (nvidia-smi -r) when idle; if remapping failed, RMA it",
                                "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"))
         if g.clock_event_reasons & (0x8 | 0x40 | 0x80):
-            out.append(Finding("warning", "gpu.clocks-slowdown", f"{g.name}: clock event reasons 0x{g.clock_event_reasons:x} (hardware slowdown)",
+            out.append(Finding("warning", "gpu.clocks-slowdown",
+                               f"{g.name}: clock event reasons 0x{g.clock_event_reasons:x} (hardware slowdown)",
                                "the GPU is slowing its clocks for temperature or power: every benchmark on it reads low",
-                               "check cooling and power (nvidia-smi -q -d PERFORMANCE)", "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"))
+                               "check cooling and power (nvidia-smi -q -d PERFORMANCE)",
+                               "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"))
     return out
 
 
@@ -309,7 +336,8 @@ def _dtk_checks(m: Matrix, h: Host) -> list[Finding]:
     dv = _v(h.dtk)
     if gpu is not None and gpu.min_dtk is not None and dv is not None and dv < gpu.min_dtk:
         return [Finding("error", "dtk.card-version", f"{h.dcu_name} with DTK {h.dtk}",
-                        f"{gpu.name} needs DTK >= {gpu.min_dtk}", f"install DTK {gpu.min_dtk} or newer and its DAS torch build", gpu.source)]
+                        f"{gpu.name} needs DTK >= {gpu.min_dtk}", f"install DTK {gpu.min_dtk} or newer and its DAS torch build",
+                        gpu.source)]
     return []
 
 

@@ -66,7 +66,8 @@ def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
     nv_major = _major(nv) if nv else None
     if sol is not None and flags.kernels and nv_major is not None and sol.platform == "cuda" and sol.toolkit is not None \
             and nv_major != sol.toolkit.major:
-        extra.append(Finding("warning", "kernels.nvcc-torch-cuda", f"this host's nvcc {nv}; the stack's torch is built with CUDA {sol.toolkit}",
+        extra.append(Finding("warning", "kernels.nvcc-torch-cuda",
+                             f"this host's nvcc {nv}; the stack's torch is built with CUDA {sol.toolkit}",
                              "extensions must be compiled with the CUDA major torch was built with",
                              f"build the kernels in the CUDA {sol.toolkit} devel image (envkit generate {shown})",
                              "https://github.com/pytorch/pytorch/issues/136845"))
@@ -79,7 +80,8 @@ def for_findings(m: Matrix, host: Host, flags: ResolveFlags) -> list[Finding]:
                                 f"run envkit doctor --for on the GPU host; to plan for another host, envkit resolve {shown}",
                                 "doc:envkit doctor")]
     where = f" for {host.python_path} (Python {host.python})" if host.python and host.python_path else ""
-    return extra + [Finding("info", "for.works", f"asked: {shown}", f"this stack resolves on this host{where}: " + ", ".join(f"{k} {v}" for k, v in s.items()),
+    return extra + [Finding("info", "for.works", f"asked: {shown}",
+                            f"this stack resolves on this host{where}: " + ", ".join(f"{k} {v}" for k, v in s.items()),
                     "build exactly it: envkit generate " + exact_flags(asked, s), sources[0] if sources else "doc:matrix.toml")]
 
 

@@ -252,7 +252,8 @@ def stub_kernel(text: str, what: str) -> str:
     out.append(text[at:])
     stub = "".join(out)
     stub, instantiated = _INSTANTIATION.subn(
-        lambda m: f"template<>\nvoid {m.group('fn')}<{m.group('args')}>({m.group('params')}) {{{body(m.group('fn'), m.group('args'))}}}", stub)
+        lambda m: f"template<>\nvoid {m.group('fn')}<{m.group('args')}>({m.group('params')}) {{{body(m.group('fn'), m.group('args'))}}}",
+        stub)
     if not found and not instantiated:
         raise BuildError(f"no template specialization found in a kernel file the profile leaves out ({what}): "
                          "this release writes its kernels differently; build it with --profile full", 4)
@@ -605,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"build_flash_attn: error: {exc}\n")
         return exc.code
     except OSError as exc:  # a directory or file that went away or filled up during the build
-        sys.stderr.write(f"build_flash_attn: error: {exc.filename or ''}: {exc.strerror} (fix: check the --out/--work/--cache directories)\n")
+        sys.stderr.write(f"build_flash_attn: error: {exc.filename or ''}: {exc.strerror} (fix: check the --out/--work/--cache "
+                         "directories)\n")
         return 2
     if args.report:
         with open(args.report, "w") as f:

@@ -469,7 +469,8 @@ def nvml_facts(api: Any) -> dict:
         if power:
             g["power_limit_w"] = round(power[0] / 1000, 1)
         pcie = {key: got[0] for key, fn in (("gen", "nvmlDeviceGetCurrPcieLinkGeneration"), ("width", "nvmlDeviceGetCurrPcieLinkWidth"),
-                                            ("max_gen", "nvmlDeviceGetMaxPcieLinkGeneration"), ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"))
+                                            ("max_gen", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                                            ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"))
                 for got in [api.ints(fn, h, u)] if got}
         if pcie:
             g["pcie"] = pcie
@@ -931,8 +932,10 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/devices/system/
     if hasattr(os, "sched_getaffinity"):
         out["usable"] = len(os.sched_getaffinity(0))
     if "physical" not in out:
-        threads = cpulist_count(_read(f"{sysfs}/cpu0/topology/thread_siblings_list") or _read(f"{sysfs}/cpu0/topology/core_cpus_list") or "")
-        package = cpulist_count(_read(f"{sysfs}/cpu0/topology/package_cpus_list") or _read(f"{sysfs}/cpu0/topology/core_siblings_list") or "")
+        threads = cpulist_count(_read(f"{sysfs}/cpu0/topology/thread_siblings_list")
+                                or _read(f"{sysfs}/cpu0/topology/core_cpus_list") or "")
+        package = cpulist_count(_read(f"{sysfs}/cpu0/topology/package_cpus_list")
+                                or _read(f"{sysfs}/cpu0/topology/core_siblings_list") or "")
         if threads and package:
             out["physical"], out["sockets"] = out["logical"] // threads, max(1, out["logical"] // package)
     if out.get("physical"):

@@ -85,11 +85,13 @@ def decode(torch, device: str, prompt_len: int, new_tokens: int) -> dict:
 # chatglm2-6b: GLM's dimensions (multi-query attention with 2 KV groups) on the Llama architecture.
 SHAPES = {
     "llama-2-7b": {"arch": "llama", "source": "https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json",
-                   "config": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=32000)},
+                   "config": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                                  vocab_size=32000)},
     "qwen-7b": {"arch": "llama", "source": "https://huggingface.co/Qwen/Qwen-7B/blob/main/config.json",
                 "config": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, vocab_size=151936)},
     "qwen-14b": {"arch": "llama", "source": "https://huggingface.co/Qwen/Qwen-14B/blob/main/config.json",
-                 "config": dict(hidden_size=5120, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=40, vocab_size=152064)},
+                 "config": dict(hidden_size=5120, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=40,
+                                vocab_size=152064)},
     "chatglm2-6b": {"arch": "llama", "source": "https://huggingface.co/THUDM/chatglm2-6b/blob/main/config.json",
                     "config": dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=28, num_attention_heads=32,
                                    num_key_value_heads=2, vocab_size=65024)},
@@ -214,8 +216,8 @@ def check_flash_attn(torch) -> dict | None:
     err = float((out.float() - ref.float()).abs().max())
 
     fa = gpu_seconds(torch, lambda: flash_attn_func(q, k, v, causal=True), iters=10)
-    sdpa = gpu_seconds(torch, lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True),
-                       iters=10)
+    sdpa = gpu_seconds(torch, lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                                     is_causal=True), iters=10)
     flops = 4 * 4 * 32 * 2048 * 2048 * 128 / 2
     return {"name": "flash-attn vs SDPA", "ok": err < 2e-2, "max_abs_err": err,
             "detail": f"max abs error {err:.4f} (bf16); {flops / fa / 1e12:.0f} TFLOP/s vs SDPA {flops / sdpa / 1e12:.0f}"}
@@ -250,7 +252,8 @@ def check_kernels(torch) -> list:
         g, bta = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
         z = dropout_layer_norm.dropout_add_ln_fwd(x, None, g, bta, None, None, None, None, 0.0, 1e-5, 1.0, 0, None, False, False)[0]
         err = float((z - torch.nn.functional.layer_norm(x, (4096,), g, bta, 1e-5)).abs().max())
-        out.append(_timed({"name": "csrc dropout_layer_norm vs float32", "ok": err < 1e-3, "detail": f"max abs error {err:.2e} (fp32)"}, t0))
+        out.append(_timed({"name": "csrc dropout_layer_norm vs float32", "ok": err < 1e-3,
+                           "detail": f"max abs error {err:.2e} (fp32)"}, t0))
     return out
 
 
@@ -462,7 +465,8 @@ def lambada_budget(tok, text: str) -> tuple:
     context, word = split_last_word(text)
     ctx = tok(context).input_ids
     full = tok(context + " " + word).input_ids
-    n = len(full) - len(ctx) if full[:len(ctx)] == ctx and len(full) > len(ctx) else len(tok(" " + word, add_special_tokens=False).input_ids)
+    n = len(full) - len(ctx) if full[:len(ctx)] == ctx and len(full) > len(ctx) \
+        else len(tok(" " + word, add_special_tokens=False).input_ids)
     return ctx, n + 2
 
 
@@ -578,9 +582,10 @@ def measure_target(torch, target: str, engines: tuple, device: str, prompt_len: 
         say(f"{name}: {row['tokens_per_s']} tokens/s ({METRIC}), TTFT {row['ttft_ms']} ms")
         if par:
             checks.append(_timed({"name": f"logits parity {name}", **par,
-                           "detail": f"{par['what']} vs float32 eager: max abs error {par['max_abs_err']:.3g} (eager attention at {dtype_name}: "
-                                     f"{par['eager_max_abs_err']:.3g}; pass <= {par['allowed_abs_err']:.3g}); top-1 agreement "
-                                     f"{par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) over {par['steps']} steps"}, t0))
+                           "detail": f"{par['what']} vs float32 eager: max abs error {par['max_abs_err']:.3g} (eager attention at "
+                                     f"{dtype_name}: {par['eager_max_abs_err']:.3g}; pass <= {par['allowed_abs_err']:.3g}); top-1 "
+                                     f"agreement {par['top1_agree']:.0%} (eager {par['eager_top1_agree']:.0%}) "
+                                     f"over {par['steps']} steps"}, t0))
         if lambada_texts and engine != "vllm" and target not in SHAPES:  # random-weight shapes have no words to score
             if tok is None:
                 checks.append({"name": f"lambada {name}", "ok": False, "detail": "LAMBADA needs the model directory's tokenizer"})
@@ -881,8 +886,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="checks and a short decode: a verdict in well under a minute")
     p.add_argument("--json", action="store_true")
     p.add_argument("--shape", action="append", default=[], choices=sorted(SHAPES), help="decode a random-weight model of this shape")
-    p.add_argument("--model", action="append", default=[], metavar="DIR", help="decode a local model directory (its tokenizer too: characters/s)")
-    p.add_argument("--engine", action="append", default=[], choices=ENGINES, help="hf (eager), hf-static (static cache), vllm (offline engine)")
+    p.add_argument("--model", action="append", default=[], metavar="DIR",
+                   help="decode a local model directory (its tokenizer too: characters/s)")
+    p.add_argument("--engine", action="append", default=[], choices=ENGINES,
+                   help="hf (eager), hf-static (static cache), vllm (offline engine)")
     p.add_argument("--parity", action="store_true", help="compare each engine's logits with the eager-attention reference")
     p.add_argument("--input-len", type=int, default=128, help="prompt tokens of the decode")
     p.add_argument("--output-len", type=int, default=0, help="new tokens of the decode (default 128, 32 with --quick)")
@@ -919,9 +926,11 @@ def main(argv=None) -> int:
         for mdl in doc["models"]:
             roof = f", {mdl['pct_of_roofline']}% of {mdl['roofline_tokens_per_s']} tok/s roofline" if mdl["roofline_tokens_per_s"] else ""
             runs = f" (median of {mdl['runs']}, {mdl['tokens_per_s_min']}-{mdl['tokens_per_s_max']})" if mdl.get("runs") else ""
-            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s ({METRIC}){runs}, TTFT {mdl['ttft_ms']} ms{roof}\n")
+            sys.stdout.write(f"     {mdl['shape']} {mdl['engine']}: {mdl['tokens_per_s']} tok/s ({METRIC}){runs}, TTFT {mdl['ttft_ms']} "
+                             f"ms{roof}\n")
         for acc in doc["lambada"]:
-            sys.stdout.write(f"     LAMBADA {acc['model']} {acc['engine']}: {acc['accuracy']:.1%} of {acc['examples']} in {acc['seconds']} s\n")
+            sys.stdout.write(f"     LAMBADA {acc['model']} {acc['engine']}: {acc['accuracy']:.1%} of {acc['examples']} in {acc['seconds']} "
+                             "s\n")
     return 0 if doc["ok"] else 1
 
 

@@ -14,7 +14,8 @@ Each variant also says which CPU architectures it has Linux wheels for (`machine
 source above is of the x86_64 builds), and aarch64 where PyPI's own aarch64 wheel of the release is
 that build (measured: its torch/version.py `cuda` and local version, cross-checked with the CUDA
 runtime its METADATA requires on Linux aarch64; then `aarch64_pypi`, the Pythons of PyPI's aarch64
-wheels `aarch64_python`, the measured `aarch64_cxx11abi` and, for a CUDA build, `aarch64_archs`), or where the release's build matrix lists the variant for linux-aarch64
+wheels `aarch64_python`, the measured `aarch64_cxx11abi` and, for a CUDA build, `aarch64_archs`), or where the
+release's build matrix lists the variant for linux-aarch64
 (variants.json `linux_aarch64`). `aarch64_source` names the wheel or the matrix lines.
 """
 from __future__ import annotations
@@ -278,7 +279,8 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
     seen: set[str] = set()
     published = listing["variants"] if listing else []
     if not any(v.get("on_pypi") for v in published):
-        published = [{"name": pypi["local"], "cuda": pypi["cuda"], "on_pypi": True, "published": "verified", "status": "verified"}, *published]
+        published = [{"name": pypi["local"], "cuda": pypi["cuda"], "on_pypi": True, "published": "verified", "status": "verified"},
+                     *published]
     for v in published:
         name = v["name"]
         if name in seen or v.get("published") != "verified":
@@ -318,7 +320,8 @@ def derive_release(ext: dict[str, Any], listing: Optional[dict[str, Any]], notes
         "versions": [version],
         "python": _python(ext),
         **({"triton": pypi["triton"]} if pypi["triton"] else {}),
-        "source": pypi["citation"] + (f"; {listing['listing']['evidence']['url_at_commit']}" if listing and listing.get("listing", {}).get("evidence") else ""),
+        "source": pypi["citation"] + (f"; {listing['listing']['evidence']['url_at_commit']}"
+                                      if listing and listing.get("listing", {}).get("evidence") else ""),
         "variants": variants + [cpu],
     }
 

@@ -84,15 +84,37 @@ def _order(row: dict[str, Any]) -> tuple[str, tuple[int, ...]]:
     return row["flavor"], tuple(int(p) for p in row["release"].split("."))
 
 
+def _cuda_minor(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    m = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def forward_compatible(rows: list[dict[str, Any]], py3: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A release's notes state its driver requirement for the release, every container of it: the data center drivers
+    its forward-compatibility package supports go to each -trtllm-/-vllm-python-py3 row of that release whose CUDA is
+    the notes' (same major.minor), citing the notes; a row on another CUDA keeps its own requirement only."""
+    notes = {r["release"]: r for r in py3 if r.get("datacenter_drivers")}
+    out = []
+    for row in rows:
+        n = notes.get(row["release"])
+        if n is not None and _cuda_minor(row.get("cuda")) is not None and _cuda_minor(row.get("cuda")) == _cuda_minor(n.get("cuda")):
+            row = {**{k: v for k, v in row.items() if k != "source"}, "datacenter_drivers": n["datacenter_drivers"],
+                   **({"not_forward_compatible": n["not_forward_compatible"]} if n.get("not_forward_compatible") else {}),
+                   "source": f"{row['source']}; forward compatibility: {n['source'].split('; ')[0]}"}
+        out.append(row)
+    return out
+
+
 def derive_triton(docs: dict[str, Any]) -> list[dict[str, Any]]:
     rows = triton_rows(docs["server.json"])
     if "release-notes.json" in docs:
-        rows += py3_rows(docs["release-notes.json"], docs["server.json"])
+        py3 = py3_rows(docs["release-notes.json"], docs["server.json"])
+        rows = forward_compatible(rows, py3) + py3
     return sorted(rows, key=_order, reverse=True)
 
 
-_TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "pip_unsupported_archs", "fp8_archs",
-                "support_min_cc", "support_note", "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
+_TRTLLM_KEYS = ("version", "python", "torch", "tensorrt", "cuda", "archs", "archs_note", "archs_removed", "pip_unsupported_archs",
+                "fp8_archs", "support_min_cc", "support_note", "trtllm_build", "trtllm_serve", "ngc_image", "unknown", "source")
 
 
 def derive_trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:

@@ -148,7 +148,8 @@ def _nameable(v: dict[str, Any], wheel_tag: Optional[str]) -> bool:
     return True
 
 
-def _variants(docs_variants: dict[str, Any], version: str, e: Optional[dict[str, Any]], wheel_tag: Optional[str] = None) -> list[dict[str, Any]]:
+def _variants(docs_variants: dict[str, Any], version: str, e: Optional[dict[str, Any]],
+              wheel_tag: Optional[str] = None) -> list[dict[str, Any]]:
     out = []
     rel = docs_variants.get("releases", {}).get(version, {})
     for v in rel.get("cuda_variants", []):
@@ -190,7 +191,9 @@ def _rocm_gpus(r: dict[str, Any], rocm_doc: dict[str, Any]) -> Optional[tuple[li
         return [g for g in rel["gfx"] if g not in excluded], f"the release's ROCm install page: {where}"
     if compiled:
         kept = [g for g in compiled if g not in excluded]
-        why = f"HIP_SUPPORTED_ARCHS (no ROCm install page found for this release){'; without ' + ', '.join(sorted(excluded & set(compiled))) + ' (reports: cannot run vLLM)' if excluded & set(compiled) else ''}"
+        gone = sorted(excluded & set(compiled))
+        why = "HIP_SUPPORTED_ARCHS (no ROCm install page found for this release)" + (
+            f"; without {', '.join(gone)} (reports: cannot run vLLM)" if gone else "")
         return (kept, why) if kept else None
     return None
 
@@ -291,7 +294,8 @@ def _cpu(cpu_doc: dict[str, Any], version: str) -> Optional[dict[str, Any]]:
 
 
 def derive(docs: dict[str, Any]) -> list[dict[str, Any]]:
-    extracts = [d for name, d in docs.items() if name not in ("variants.json", "deps.json", "rocm-gpus.json", "cpu.json") and "version" in d]
+    extracts = [d for name, d in docs.items()
+                if name not in ("variants.json", "deps.json", "rocm-gpus.json", "cpu.json") and "version" in d]
     rows = vllm_source.derive(extracts)
     by_version = {e["version"]: e for e in extracts}
     docs_variants = docs.get("variants.json", {})

@@ -186,7 +186,7 @@ def _assigns_name(stmts: list[ast.stmt]) -> bool:
                for st in stmts for n in ast.walk(st))
 
 
-def wheel_name_rule(tree: ast.Module) -> dict[str, Any]:
+def wheel_name_rule(tree: ast.Module) -> dict[str, Any]:  # noqa: C901 (an interpreter: docs/architecture.md)
     """How setup.py names the wheel it downloads: the CUDA part as (format, remap rules). The remap
     is first-match-wins over the value the code leaves in torch_cuda_version (a later assignment
     overrides an earlier one, as Python runs it); no match keeps torch.version.cuda."""

@@ -42,7 +42,8 @@ class PyPIFile:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("ENVKIT_SOURCES_CACHE") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit" / "sources")
+    base = os.environ.get("ENVKIT_SOURCES_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit" / "sources")
     p = Path(base)
     p.mkdir(parents=True, exist_ok=True)
     return p

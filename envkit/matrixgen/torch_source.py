@@ -516,7 +516,7 @@ class _Eval:
                     pass
 
     # -- expressions
-    def value(self, n: Any, local: dict[str, Any]) -> Any:
+    def value(self, n: Any, local: dict[str, Any]) -> Any:  # noqa: C901 (an interpreter: docs/architecture.md)
         ast = self.ast
         if isinstance(n, ast.Constant):
             return n.value
@@ -621,7 +621,7 @@ class _Eval:
                         out.add(name)
         return out
 
-    def run(self, body: list[Any], local: dict[str, Any]) -> Optional[Any]:
+    def run(self, body: list[Any], local: dict[str, Any]) -> Optional[Any]:  # noqa: C901 (an interpreter: docs/architecture.md)
         """Run a block; the value of a `return` it reaches (None if it reaches none)."""
         ast = self.ast
         for st in body:
@@ -722,7 +722,7 @@ class _Eval:
         return self.run(fn.body, local), local
 
 
-def aarch64_wheel_matrix(text: str, channel: str = "test") -> dict[str, Any]:
+def aarch64_wheel_matrix(text: str, channel: str = "test") -> dict[str, Any]:  # noqa: C901 (an interpreter: docs/architecture.md)
     """The Linux aarch64 wheel variants generate_binary_build_matrix.py lists for a channel:
     {"listed": bool, "arches": [...], "variants": [{"arch_version", "gpu_arch_type", "desired_cuda", "cuda"}],
     "lines": [(line, text, what)]}; "listed" is False where the file names no linux-aarch64 build at all."""
@@ -971,7 +971,8 @@ def variants_for(builder: Path, ti: Path, ext: dict[str, Any]) -> dict[str, Any]
     when = _first_upload(ext)
     measured = ext["measured"][0] if ext["measured"] else None
     pypi_cuda = measured["version_py"].get("cuda") if measured else None
-    pypi_local = measured["version_py"]["__version__"].split("+", 1)[1] if measured and "+" in measured["version_py"]["__version__"] else None
+    pypi_local = (measured["version_py"]["__version__"].split("+", 1)[1]
+                  if measured and "+" in measured["version_py"]["__version__"] else None)
     out: dict[str, Any] = {"first_pypi_upload": when, "git_commit": ext["git"]["commit"], "variants": []}
 
     found = _matrix_at_release(ti, version, when)
@@ -1043,7 +1044,8 @@ def _cuda_variant(cuda: str, version: str, v: Version, ext: dict[str, Any], foun
         ent["evidence"].append({"what": "measured: CUDA_ARCH_FLAGS in the PyPI wheel of the same build",
                                 "url_at_commit": measured["wheel"]["citation"],
                                 "lines": [{"member": LIBTORCH_PYTHON, "text": flags},
-                                          {"member": VERSION_PY, "text": next(l for l in measured["version_py"]["evidence"] if l.startswith("__version__"))}]})
+                                          {"member": VERSION_PY, "text": next(l for l in measured["version_py"]["evidence"]
+                                                                              if l.startswith("__version__"))}]})
         if script:
             same = toks["sm"] == parts["sm"] and toks["ptx"] == parts["ptx"]
             ent["script_matches_measurement"] = same

@@ -236,7 +236,7 @@ def summarise_sets(sets: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- CMake condition evaluation
 
-def eval_cuda_condition(cond: str, cuda: str) -> Optional[bool]:
+def eval_cuda_condition(cond: str, cuda: str) -> Optional[bool]:  # noqa: C901 (an interpreter: docs/architecture.md)
     """Evaluate an if() condition over CMAKE_CUDA_COMPILER_VERSION for an nvcc of release `cuda`
     (major.minor; the patch level unknown, so `VERSION_GREATER 12.8` is undecided for 12.8).
     None when the condition uses anything else or cannot be decided."""
@@ -706,7 +706,8 @@ def _scan_wheel_extensions(w: pypi.PyPIFile) -> dict[str, Any]:
                 cudart = {"member": name, "needed": lib, "major": lib.split(".so.")[1].split(".")[0]}
         if cudart:
             break
-    return {"read": read, "libcudart": cudart, "toolkit_paths": [{"cuda": k, "text": v} for k, v in sorted(paths.items(), key=lambda kv: _vkey(kv[0]))]}
+    return {"read": read, "libcudart": cudart,
+            "toolkit_paths": [{"cuda": k, "text": v} for k, v in sorted(paths.items(), key=lambda kv: _vkey(kv[0]))]}
 
 
 def _extract_metadata(x86: list[pypi.PyPIFile], say: Callable[[str], None], missing: dict[str, str]) -> Optional[dict[str, Any]]:
@@ -726,7 +727,8 @@ def _extract_metadata(x86: list[pypi.PyPIFile], say: Callable[[str], None], miss
         oreq = _requirement_lines(omd)
         others[f.filename] = {"same_pins": oreq == req and omd.get("Requires-Python") == rp}
     metadata = {
-        "wheel": wheel.filename, "citation": wheel.citation, "source": "PEP 658 .metadata" if wheel.has_metadata else "wheel member METADATA",
+        "wheel": wheel.filename, "citation": wheel.citation,
+        "source": "PEP 658 .metadata" if wheel.has_metadata else "wheel member METADATA",
         "requires_python": rp[0] if rp else None, "requires_dist": req["pinned"], "requires_dist_nvidia": req["nvidia"],
         "wheel_tags": sorted(str(t) for t in parse_wheel_filename(wheel.filename)[3]),
         "other_x86_64_wheels": others,
@@ -898,7 +900,8 @@ def main_cuda(doc: dict[str, Any]) -> dict[str, Any]:
                          "line": g["line"], "text": g["text"]})
     if sp.get("main_cuda_version"):
         m = sp["main_cuda_version"]
-        evidence.append({"basis": "setup.py MAIN_CUDA_VERSION", "value": m["value"], "source": sp["source"], "line": m["line"], "text": m["text"]})
+        evidence.append({"basis": "setup.py MAIN_CUDA_VERSION", "value": m["value"], "source": sp["source"], "line": m["line"],
+                         "text": m["text"]})
     for tp in ext.get("toolkit_paths") or []:
         evidence.append({"basis": "CUDA toolkit path compiled into the wheel's extension", "value": tp["cuda"],
                          "source": {"artifact": ext["wheel"], "citation": ext["citation"]}, "text": tp["text"]})
@@ -937,7 +940,8 @@ def main_cuda(doc: dict[str, Any]) -> dict[str, Any]:
     return {"value": value, "basis": evidence[0]["basis"], "evidence": evidence, "disagreeing_evidence": disagree, "checks": checks}
 
 
-def extract_all(out_dir: Path, versions: Optional[list[str]] = None, say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> list[Path]:
+def extract_all(out_dir: Path, versions: Optional[list[str]] = None,
+                say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> list[Path]:
     """One JSON file per vLLM release on PyPI (or per listed version)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_version = pypi.versions_of(PYPI_NAME, pypi.files(PYPI_NAME))
@@ -1038,7 +1042,8 @@ def _row_torch(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) ->
             row["torch"], row["torch_from"] = specs[0], f"sdist {lines[0]['file']} (no wheel)"
         else:
             row["torch"] = None
-            nulls["torch"] = "no wheel, and the sdist's requirements files pin no single torch" if not specs else f"several torch lines: {specs}"
+            nulls["torch"] = ("no wheel, and the sdist's requirements files pin no single torch" if not specs
+                              else f"several torch lines: {specs}")
 
 
 def _row_python(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
@@ -1151,18 +1156,22 @@ def _row_build_arch_list(e: dict[str, Any], row: dict[str, Any], nulls: dict[str
             b = match[0]
             if b["torch_cuda_arch_list"] is not None:
                 if b["torch_cuda_arch_list_resolved"]:
-                    row["build_arch_list"] = {"archs": b["torch_cuda_arch_list_resolved"].split(), "from": f"release-pipeline.yaml step {b['label']!r}"}
+                    row["build_arch_list"] = {"archs": b["torch_cuda_arch_list_resolved"].split(),
+                                              "from": f"release-pipeline.yaml step {b['label']!r}"}
                 else:
-                    nulls["build_arch_list"] = f"step {b['label']!r} passes {b['torch_cuda_arch_list']} which the pipeline env does not define"
+                    nulls["build_arch_list"] = (f"step {b['label']!r} passes {b['torch_cuda_arch_list']} "
+                                                "which the pipeline env does not define")
             else:
                 dfs = e.get("dockerfiles") or {}
                 d = dfs.get(b["dockerfile"])
                 seen = (d or {}).get("target_sees", {}).get("torch_cuda_arch_list")
                 if seen:
                     row["build_arch_list"] = {"archs": seen["value"].split(),
-                                              "from": f"{b['dockerfile']} line {seen['line']} (default of the build stage; step {b['label']!r} passes none)"}
+                                              "from": f"{b['dockerfile']} line {seen['line']} (default of the build stage; "
+                                                      f"step {b['label']!r} passes none)"}
                 else:
-                    nulls["build_arch_list"] = f"step {b['label']!r} passes no torch_cuda_arch_list and {b['dockerfile']} gives the build stage no default"
+                    nulls["build_arch_list"] = (f"step {b['label']!r} passes no torch_cuda_arch_list and {b['dockerfile']} "
+                                                "gives the build stage no default")
 
 
 def _row_other_cuda_variants(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -> None:
@@ -1194,7 +1203,8 @@ def _row_source(e: dict[str, Any], row: dict[str, Any], nulls: dict[str, str]) -
         mem = ["METADATA"] + [r["member"] for r in ext.get("read") or []]
         src["wheel"] = {"citation": md["citation"], "members": mem}
     if e.get("sdist"):
-        used = [m for m in ("CMakeLists.txt", "setup.py", "vllm/envs.py", ".buildkite/release-pipeline.yaml") if m in e["sdist"]["members_read"]]
+        used = [m for m in ("CMakeLists.txt", "setup.py", "vllm/envs.py", ".buildkite/release-pipeline.yaml")
+                if m in e["sdist"]["members_read"]]
         src["sdist"] = {"citation": e["sdist"]["citation"], "members": used}
     row["source"] = src
     row["yanked"] = bool(has.get("all_yanked"))

@@ -111,7 +111,8 @@ class ContainerSpec:
         return shlex.join([*args, self.image, *(self.command if self.shown is None else self.shown)])
 
     def to_json(self) -> dict[str, Any]:
-        return {"image": self.image, "command": list(self.command if self.shown is None else self.shown), "runtime": self.runtime, "network": self.network,
+        return {"image": self.image, "command": list(self.command if self.shown is None else self.shown), "runtime": self.runtime,
+                "network": self.network,
                 "platform": self.platform, "gpu": self.gpu.to_json(),
                 "volumes": [{"host": h, "container": c, "mode": m} for h, c, m in self.volumes],
                 "env": [k for k, _ in self.env], "shm_size": self.shm_size, "command_line": self.command_line()}

@@ -300,8 +300,8 @@ class EngineOptions:
         if named:
             raise InputError(f"{', '.join(named)} lay{'s' if len(named) == 1 else ''} out a container engine's server (--engine "
                              "trtllm, triton-trtllm, fastertransformer), and this is a stack envkit builds with pip",
-                             f"drop {'it' if len(named) == 1 else 'them'}, or pick a container engine with --engine; a vLLM server takes its own "
-                             "--serve-arg=--tensor-parallel-size=N and --serve-arg=--max-num-seqs=N")
+                             f"drop {'it' if len(named) == 1 else 'them'}, or pick a container engine with --engine; a vLLM server takes "
+                             "its own --serve-arg=--tensor-parallel-size=N and --serve-arg=--max-num-seqs=N")
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,10 @@ RESOLVE_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("flash_attn_profile", "a flash-attn source build's kernels: full (default), or serving[:HEAD_DIMS[:DTYPES]]: the forward "
              "and split-KV kernels only (default head dims 64,128,256 in fp16,bf16); a call outside it raises a clear error",
              "serving", metavar="full|serving[:64,128,256[:bf16,fp16]]"),
-    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary", choices=("layer_norm", "rotary", "layer_norm,rotary")),
-    FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1", metavar="VERSION"),
+    FlagSpec("kernels", "flash-attn csrc kernels to build: layer_norm,rotary", "layer_norm,rotary", metavar="layer_norm,rotary",
+             choices=("layer_norm", "rotary", "layer_norm,rotary")),
+    FlagSpec("kernels_from", "build --kernels from this flash-attn sdist without installing flash-attn itself", "2.7.4.post1",
+             metavar="VERSION"),
     FlagSpec("engine", engine_help(), "triton-trtllm", metavar="ENGINE[==VERSION]", choices=ENGINES),
     FlagSpec("engine_build", "--engine fastllm: wheel (PyPI's, the default) or source (its release tag compiled with CMake "
              "for the GPU's arch)", "source", metavar="wheel|source", choices=("wheel", "source")),

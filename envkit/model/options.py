@@ -45,7 +45,8 @@ HOST_FACTS = Opt("host_facts", ("--host-facts",), "with --gpu auto: the GPU host
 FORCE = Opt("force", ("--force",), "replace an output directory envkit did not write", kind="flag")
 FIND_LINKS = Opt("find_links", ("--find-links",), "local directory of wheels to use as well (repeatable)", kind="list")
 TOOLKIT = Opt("toolkit", ("--toolkit",), "CUDA toolkit of the devel stage: the nvidia/cuda devel image, or NVIDIA's pinned PyPI "
-              "wheels on the OS's own image (default: the site file's \\[cuda] toolkit, else image)", kind="choice", choices=("image", "pip"))
+              "wheels on the OS's own image (default: the site file's \\[cuda] toolkit, else image)", kind="choice",
+              choices=("image", "pip"))
 SERVE_HELP = "a serving image: vLLM's OpenAI server on this local model directory (config.json, tokenizer, weights)"
 SERVING = (
     Opt("serve", ("--serve",), SERVE_HELP, metavar="MODEL_DIR"),
@@ -77,7 +78,8 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         MIRROR.helped('site mirror profile (SITE.toml)'),
         Opt('offline', ('--offline',), 'every artifact from the build context; refuse any network step', kind='flag'),
         Opt('out', ('-o', '--out'), 'output directory (the docker build context); - prints the Dockerfile alone', default='envkit-build'),
-        Opt('host_march', ('--host-march',), f"replaces csrc/rotary's -march=native ('native' keeps it; default {DEFAULT_HOST_MARCH})", show_default=False),
+        Opt('host_march', ('--host-march',), f"replaces csrc/rotary's -march=native ('native' keeps it; default {DEFAULT_HOST_MARCH})",
+            show_default=False),
         Opt('max_jobs', ('--max-jobs',), "nvcc jobs (default: from the builder's memory, ~5 GB each)", kind='int', minimum=1),
         Opt('nvcc_threads', ('--nvcc-threads',), 'threads per nvcc job (default: one per arch, max 4)', kind='int', minimum=1),
         TOOLKIT,
@@ -114,7 +116,8 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt('offline', ('--offline',), 'build a bundle with the network off', kind='flag'),
         Opt('bundle_dir', ('--bundle',), 'the bundle directory (with --offline)'),
         LOCK.helped('build an envkit.lock.json (mirror mode); with --offline --locked, the lock to hold the bundle to'),
-        Opt('locked', ('--locked',), "refuse unless the bundle (its wheels by sha256, base images by ID) or the engine's base images still match the pinned lock (exit 5 for a bundle)", kind='flag'),
+        Opt('locked', ('--locked',), "refuse unless the bundle (its wheels by sha256, base images by ID) or the engine's base images still "
+            "match the pinned lock (exit 5 for a bundle)", kind='flag'),
         MIRROR.helped("build against the site's mirrors (SITE.toml)"),
         Opt('project', ('--project',), 'project file with named targets (envkit.toml)'),
         Opt('target', ('--target',), 'build this target of --project'),
@@ -126,8 +129,11 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt('network', ('--network',), 'network for mirror-mode RUN steps', kind='choice', default='bridge', choices=('bridge', 'host')),
         Opt('no_cache', ('--no-cache',), 'run every step again (no layer cache)', kind='flag'),
         Opt('dry_run', ('--dry-run',), 'run the preflight and show the plan; build nothing', kind='flag'),
-        Opt('secret', ('--secret',), "a file a mirror's login is in, mounted by the steps that need it and never written into the image: netrc=~/.netrc for \\[pip] netrc = true, apt-netrc=FILE for \\[apt] netrc = true (docker's id=ID,src=FILE works too; needs Podman or docker buildx; repeatable)", kind='list', metavar='ID=FILE'),
-        Opt('export_wheels', ('--export-wheels',), 'copy the wheels the build stage compiled (flash-attn, csrc kernels) into DIR, a new or empty directory, with their sha256 in DIR/SHA256SUMS', metavar='DIR'),
+        Opt('secret', ('--secret',), "a file a mirror's login is in, mounted by the steps that need it and never written into the image: "
+            "netrc=~/.netrc for \\[pip] netrc = true, apt-netrc=FILE for \\[apt] netrc = true (docker's id=ID,src=FILE works too; needs "
+            "Podman or docker buildx; repeatable)", kind='list', metavar='ID=FILE'),
+        Opt('export_wheels', ('--export-wheels',), 'copy the wheels the build stage compiled (flash-attn, csrc kernels) into DIR, a new or '
+            'empty directory, with their sha256 in DIR/SHA256SUMS', metavar='DIR'),
         HOST_FACTS,
         JSON.helped('print a JSON summary (the log goes to stderr)'),
         MATRIX,
@@ -135,9 +141,11 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
     'selftest': (
         Opt('image', ('--image',), 'run inside this built image (network none, GPUs passed in) instead of here'),
         Opt('quick', ('--quick',), 'the checks and a short decode: a verdict within a minute', kind='flag'),
-        Opt('engines', ('--engine',), f"{', '.join(ENGINES)} (decode engines; repeat), or openai:URL or triton:URL (the serving sweep)", kind='list'),
+        Opt('engines', ('--engine',), f"{', '.join(ENGINES)} (decode engines; repeat), or openai:URL or triton:URL (the serving sweep)",
+            kind='list'),
         Opt('shapes', ('--shape',), f"decode a random-weight model of this shape: {', '.join(SHAPES)} (repeat)", kind='list'),
-        Opt('model', ('--model',), "a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from /v1/models); with triton:URL, the model (default: ensemble)"),
+        Opt('model', ('--model',), "a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from "
+            "/v1/models); with triton:URL, the model (default: ensemble)"),
         Opt('parity', ('--parity',), "compare each engine's logits with a float32 eager-attention reference", kind='flag'),
         Opt('lambada', ('--lambada',), 'LAMBADA jsonl: last-word accuracy of --model DIR per HF engine'),
         Opt('peak_gbs', ('--peak-gbs',), "the GPU's HBM peak in GB/s, where no image solution says it", kind='float', minimum=0.0),
@@ -146,27 +154,40 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt('input_len', ('--input-len',), "prompt tokens (default 128; decode, and the sweep's random workload)", kind='int', minimum=1),
         Opt('output_len', ('--output-len',), 'tokens generated per request (default 128; --quick 32)', kind='int', minimum=2),
         Opt('dataset', ('--dataset',), 'JSONL prompts ({"prompt": ..., "output_tokens": N}) for the sweep'),
-        Opt('request_rate', ('--request-rate',), "the sweep's requests per second, sent as a Poisson process (seeded); inf sends them all at once. The concurrency still caps those in flight", kind='float', default=math.inf),
-        Opt('ready_timeout', ('--ready-timeout',), "seconds to wait, in all, for the server to answer GET /v1/models (or /health; triton:URL: /v2/health/ready and the model's ready) before the sweep; then one line and exit 4", kind='float', default=60.0, minimum=0.0),
-        Opt('request_timeout', ('--request-timeout',), 'seconds one streamed request may take, connecting to its last line (keep-alives do not extend it); past it the request fails', kind='float', default=300.0, metavar='S'),
-        Opt('sweep_timeout', ('--sweep-timeout',), 'seconds the whole sweep may take, readiness wait to last level; requests it cuts or leaves unsent count as failed', kind='float', metavar='S', show_default='none'),
-        Opt('api_key', ('--api-key',), "the server's API key, sent as Authorization: Bearer; never printed or written", envvar='OPENAI_API_KEY', show_default=False),
+        Opt('request_rate', ('--request-rate',), "the sweep's requests per second, sent as a Poisson process (seeded); inf sends them all "
+            "at once. The concurrency still caps those in flight", kind='float', default=math.inf),
+        Opt('ready_timeout', ('--ready-timeout',), "seconds to wait, in all, for the server to answer GET /v1/models (or /health; "
+            "triton:URL: /v2/health/ready and the model's ready) before the sweep; then one line and exit 4", kind='float', default=60.0,
+            minimum=0.0),
+        Opt('request_timeout', ('--request-timeout',), 'seconds one streamed request may take, connecting to its last line (keep-alives do '
+            'not extend it); past it the request fails', kind='float', default=300.0, metavar='S'),
+        Opt('sweep_timeout', ('--sweep-timeout',), 'seconds the whole sweep may take, readiness wait to last level; requests it cuts or '
+            'leaves unsent count as failed', kind='float', metavar='S', show_default='none'),
+        Opt('api_key', ('--api-key',), "the server's API key, sent as Authorization: Bearer; never printed or written",
+            envvar='OPENAI_API_KEY', show_default=False),
         JSON.helped("print the self-test's JSON document"),
         Opt('report', ('--report',), 'write the JSON (and for a sweep a PNG plot) into this directory'),
         JUNIT.helped('also write the checks as JUnit XML'),
-        Opt('triton_parameters', ('--triton-parameters',), 'with triton:URL, send max_tokens, bad_words, stop_words and stream nested under "parameters" instead of top-level', kind='flag'),
-        Opt('endpoint', ('--endpoint',), "with openai:URL, stream /v1/completions (default) or /v1/chat/completions (one user message per request; the random workload's token ids sent as words)", metavar='completions|chat', show_default=False),
-        Opt('allow_cpu', ('--allow-cpu',), 'pass without a GPU though the image is built for one (only its CPU path is tested); without it a GPU image that sees no GPU fails', kind='flag'),
-        Opt('dry_run', ('--dry-run',), 'with --image: print the container (GPU devices, groups, mounts) and what it must see, and run nothing', kind='flag'),
+        Opt('triton_parameters', ('--triton-parameters',), 'with triton:URL, send max_tokens, bad_words, stop_words and stream nested '
+            'under "parameters" instead of top-level', kind='flag'),
+        Opt('endpoint', ('--endpoint',), "with openai:URL, stream /v1/completions (default) or /v1/chat/completions (one user message per "
+            "request; the random workload's token ids sent as words)", metavar='completions|chat', show_default=False),
+        Opt('allow_cpu', ('--allow-cpu',), 'pass without a GPU though the image is built for one (only its CPU path is tested); without it '
+            'a GPU image that sees no GPU fails', kind='flag'),
+        Opt('dry_run', ('--dry-run',), 'with --image: print the container (GPU devices, groups, mounts) and what it must see, and run '
+            'nothing', kind='flag'),
     ),
     'doctor': (
         Opt('deep', ('--deep',), 'also import torch and the compiled modules (in a subprocess, with a timeout)', kind='flag'),
         Opt('image', ('--image',), "judge this image's stack on this host's GPUs"),
         Opt('for_', ('--for',), 'would this stack work here? resolve flags as one string'),
         Opt('facts_file', ('--facts',), 'judge a recorded facts JSON instead of this host'),
-        Opt('pythons', ('--python',), "judge this interpreter's stack (repeatable; the first is the one --for resolves for); default: the active environment, python3 on PATH, conda's environments", kind='list', metavar='PATH'),
-        Opt('images', ('--images/--no-images',), 'also judge the envkit-built images on the engine, from their labels', kind='flag', default=True),
-        Opt('dry_run', ('--dry-run',), "with --image: print the probe's container (GPU devices, groups, mounts) and run nothing", kind='flag'),
+        Opt('pythons', ('--python',), "judge this interpreter's stack (repeatable; the first is the one --for resolves for); default: the "
+            "active environment, python3 on PATH, conda's environments", kind='list', metavar='PATH'),
+        Opt('images', ('--images/--no-images',), 'also judge the envkit-built images on the engine, from their labels', kind='flag',
+            default=True),
+        Opt('dry_run', ('--dry-run',), "with --image: print the probe's container (GPU devices, groups, mounts) and run nothing",
+            kind='flag'),
         JSON,
         JUNIT.helped('also write the findings as JUnit XML'),
         MATRIX,
@@ -182,7 +203,8 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt('env', ('--env',), 'an environment variable for the server (repeatable)', kind='list', metavar='NAME=VALUE'),
         Opt('model_dir', ('--model-dir',), 'the model directory, for an image built with --model-mount (read-only)'),
         Opt('timeout', ('--timeout',), 'seconds the server may take to turn healthy (finite, above 0)', kind='float', default=900.0),
-        Opt('shm_size', ('--shm-size',), "the container's /dev/shm (vLLM's processes share memory there; Docker's default 64m is too small)", default='2g'),
+        Opt('shm_size', ('--shm-size',), "the container's /dev/shm (vLLM's processes share memory there; Docker's default 64m is too "
+            "small)", default='2g'),
         Opt('sweep', ('--sweep',), 'once healthy, run the serving sweep against it, then stop it (unless --keep)', kind='flag'),
         Opt('keep', ('--keep',), 'with --sweep: leave the server running afterwards', kind='flag'),
         Opt('concurrency', ('--concurrency',), "the sweep's concurrency levels", default='1,4'),
@@ -202,23 +224,32 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         JSON.helped('print the pushed reference and digest as JSON'),
     ),
     'compare': (
-        Opt('engines', ('--engine',), 'an engine to compare (repeat): NAME=openai:URL (/v1/completions, vLLM), NAME=chat:URL (/v1/chat/completions, fastllm) or NAME=hf:MODEL_DIR (transformers here, single batch only)', kind='list', metavar='NAME=KIND:TARGET'),
-        Opt('model_name', ('--model-name',), "the served model's name, asked of every server, and the table's model column (default: the first server's first model, from /v1/models)", metavar='NAME'),
-        Opt('concurrency', ('--concurrency',), "the servers' concurrency levels (1 is always run: it is the single batch)", default='1,4,8'),
+        Opt('engines', ('--engine',), 'an engine to compare (repeat): NAME=openai:URL (/v1/completions, vLLM), NAME=chat:URL '
+            '(/v1/chat/completions, fastllm) or NAME=hf:MODEL_DIR (transformers here, single batch only)', kind='list',
+            metavar='NAME=KIND:TARGET'),
+        Opt('model_name', ('--model-name',), "the served model's name, asked of every server, and the table's model column (default: the "
+            "first server's first model, from /v1/models)", metavar='NAME'),
+        Opt('concurrency', ('--concurrency',), "the servers' concurrency levels (1 is always run: it is the single batch)",
+            default='1,4,8'),
         Opt('num_prompts', ('--num-prompts',), 'requests per level, the same prompts for every engine', kind='int', default=16, minimum=1),
         Opt('input_len', ('--input-len',), 'prompt tokens of the random workload', kind='int', default=128, minimum=1),
         Opt('output_len', ('--output-len',), 'tokens generated per request', kind='int', default=32, minimum=2),
         Opt('dataset', ('--dataset',), 'JSONL prompts ({"prompt": ..., "output_tokens": N}) instead of random token ids'),
-        Opt('dtypes', ('--dtype',), 'the dtype column (repeat; NAME=DTYPE for one engine); hf: loads the weights as it (float32, float16, bfloat16; default auto: float32 on CPU, bfloat16 on CUDA)', kind='list', metavar='DTYPE|NAME=DTYPE'),
+        Opt('dtypes', ('--dtype',), 'the dtype column (repeat; NAME=DTYPE for one engine); hf: loads the weights as it (float32, float16, '
+            'bfloat16; default auto: float32 on CPU, bfloat16 on CUDA)', kind='list', metavar='DTYPE|NAME=DTYPE'),
         Opt('site', ('--site',), 'the 环境/site column: where this ran, e.g. "CPU (this host)"', default='this host'),
         Opt('markdown', ('--markdown',), 'also write both tables as Markdown', metavar='FILE.md'),
         Opt('png', ('--png',), 'also write a chart of both tables', metavar='FILE.png'),
         JSON.helped('print the comparison as one JSON document'),
-        Opt('ready_timeout', ('--ready-timeout',), 'seconds each server may take, in all, to answer GET /v1/models', kind='float', default=60.0, minimum=0.0),
-        Opt('request_timeout', ('--request-timeout',), 'seconds one streamed request may take, connecting to its last line (keep-alives do not extend it); past it the request fails', kind='float', default=300.0, metavar='S'),
+        Opt('ready_timeout', ('--ready-timeout',), 'seconds each server may take, in all, to answer GET /v1/models', kind='float',
+            default=60.0, minimum=0.0),
+        Opt('request_timeout', ('--request-timeout',), 'seconds one streamed request may take, connecting to its last line (keep-alives do '
+            'not extend it); past it the request fails', kind='float', default=300.0, metavar='S'),
         Opt('seed', ('--seed',), 'seed of the random workload', kind='int', default=0),
-        Opt('api_key', ('--api-key',), "the servers' API key, sent as Authorization: Bearer; never printed or written", envvar='OPENAI_API_KEY', show_default=False),
-        Opt('hf_python', ('--hf-python',), "the Python with torch and transformers that runs hf: engines (default: envkit's own)", metavar='PYTHON'),
+        Opt('api_key', ('--api-key',), "the servers' API key, sent as Authorization: Bearer; never printed or written",
+            envvar='OPENAI_API_KEY', show_default=False),
+        Opt('hf_python', ('--hf-python',), "the Python with torch and transformers that runs hf: engines (default: envkit's own)",
+            metavar='PYTHON'),
         Opt('trust_remote_code', ('--trust-remote-code',), 'hf: models with their own code (Qwen-7B-Chat)', kind='flag'),
     ),
     'matrix export': (
@@ -303,7 +334,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "inspect": ("envkit inspect llm:cu124",),
     "compare": (
         "envkit compare --engine vllm=openai:http://127.0.0.1:8000 --engine fastllm=chat:http://127.0.0.1:8080 --model-name tiny",
-        "envkit compare --engine transformers=hf:./tiny --engine vllm=openai:http://127.0.0.1:8000 --concurrency 1,4,8 --markdown r.md --png r.png",
+        "envkit compare --engine transformers=hf:./tiny --engine vllm=openai:http://127.0.0.1:8000 --concurrency 1,4,8 --markdown r.md "
+        "--png r.png",
         "envkit compare --engine a=openai:http://127.0.0.1:8000 --dtype float16 --site \"A100 (lab)\" --json",
     ),
     "export": ("envkit matrix export --format github --project envkit.toml -o .github/workflows/images.yml",),

@@ -214,6 +214,7 @@ class Result:
     engine: Optional[EngineSolution] = None  # a container engine's answer (--engine trtllm, triton-*, fastertransformer)
     host_read: tuple[tuple[str, str], ...] = ()  # --gpu auto: what was read of the host (fact, value)
     notes: tuple[str, ...] = ()  # how the answer was chosen (the base image's own Python...): decisions, not warnings
+    python_from_image: Optional[Version] = None  # no --python was given: the base image's own Python was taken
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,8 @@ COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189), (140, 
 def rich_table(t: Table) -> RichTable:
     out = RichTable(title=Text(printable(t.title)), title_justify="left", header_style="bold", pad_edge=False)
     for i, col in enumerate(t.header):
-        out.add_column(Text(printable(col)), justify="left" if i == 0 or not t.rows else "right" if _numeric(t, i) else "left", overflow="fold")
+        out.add_column(Text(printable(col)), justify="left" if i == 0 or not t.rows else "right" if _numeric(t, i) else "left",
+                       overflow="fold")
     for row in t.rows:
         out.add_row(*(Text(printable(cell)) for cell in row))
     return out
@@ -77,7 +78,8 @@ def markdown(comparisons: Sequence[Comparison]) -> str:
 
 # ---------------------------------------------------------------- the PNG
 
-def _series(c: Comparison) -> tuple[list[str], list[Optional[float]], list[int], list[tuple[str, list[Optional[float]], list[Optional[float]]]]]:
+def _series(c: Comparison) -> tuple[list[str], list[Optional[float]], list[int],
+                                    list[tuple[str, list[Optional[float]], list[Optional[float]]]]]:
     names = [e.name for e in c.engines]
     single = [e.single.tokens_per_s for e in c.engines]
     xs = list(c.concurrency)

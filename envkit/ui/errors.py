@@ -1,5 +1,6 @@
 """The one error dialect: `envkit: error: MESSAGE (fix: FIX)` on stderr, and with `--json` one JSON document on stdout
-as well, so a CI job that parses stdout gets the error too. cli/main.py's `main` is the one place that calls `guarded`, the one place that prints an error."""
+as well, so a CI job that parses stdout gets the error too. cli/main.py's `main` is the one place that calls `guarded`,
+the one place that prints an error."""
 from __future__ import annotations
 
 import json

@@ -195,23 +195,26 @@ def _matrix_tables(m: Matrix) -> dict[str, tuple[str, tuple[str, ...], list[tupl
         "rocm": ("ROCm", ("rocm", "image"), [(str(r.version), r.devel_image or "none known") for r in m.rocm]),
         "dtk": ("Hygon DTK", ("dtk", "rocm base", "torch builds", "image (public example)"),
                 [(dtk_text(d.version), d.rocm, dtk_builds(d.version), d.image_hint) for d in m.dtk]),
-        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel name", "wheels built (torch+cu)", "archs", "rocm", "csrc kernels"),
+        "flash_attn": ("flash-attn", ("version", "python", "torch", "nvcc", "wheel name", "wheels built (torch+cu)", "archs", "rocm",
+                                      "csrc kernels"),
                        [(str(f.version), str(f.python), str(f.torch), str(f.nvcc),
                          "none" if f.wheel_format is None else f"cu{'XY' if f.wheel_format == 'major_minor' else 'X'}"
                          + "".join(f" {r.cuda_major or ''}{'torch' + r.torch if r.torch else ''}->{r.to}" for r in f.wheel_remap),
-                         {"workflow": " ".join(f"{minor}+cu{cuda}" for _v, minor, cuda in sorted({(Version(w.torch_minor), w.torch_minor, w.cuda)
-                                                                                             for w in f.wheels})),
+                         {"workflow": " ".join(f"{minor}+cu{cuda}" for _v, minor, cuda
+                                               in sorted({(Version(w.torch_minor), w.torch_minor, w.cuda) for w in f.wheels})),
                           "none": "-", "unknown": "unknown (no workflow snapshot)"}[f.wheel_set],
                          " ".join(f"{a}({spec})" for a, spec in f.archs),
                          " ".join(f.rocm_archs) + (f" ROCm{f.rocm}" if f.rocm else ""),
                          ",".join(f.kernels) + ("" if f.kernel_setup_py else " (no setup.py)")) for f in m.flash_attn]),
         "vllm": ("vLLM", ("version", "torch", "python", "PyPI wheel CUDA", "CUDA archs", "other builds", "ROCm GPUs"),
-                 [(str(v.version), str(v.torch), str(v.python), str(v.wheel_cuda or (f"{v.wheel_cuda_major}.x" if v.wheel_cuda_major else "?")),
+                 [(str(v.version), str(v.torch), str(v.python),
+                   str(v.wheel_cuda or (f"{v.wheel_cuda_major}.x" if v.wheel_cuda_major else "?")),
                    " ".join(map(str, v.cuda_archs)) + (f" +PTX{v.cuda_ptx}" if v.cuda_ptx else "") if v.cuda_archs else "not stated",
                    " ".join(f"cu{x.toolkit}" for x in v.variants) + "".join(f" rocm{x.toolkit}" for x in v.rocm_wheels),
                    " ".join(v.rocm_archs)) for v in m.vllm]),
         "python": ("CPython", ("python", "tarball"), [(str(p.version), p.tarball) for p in m.python]),
-        "os": ("base image OS", ("os", "family", "python", "cpu image"), [(o.name, o.family, str(o.python), o.cpu_image or "") for o in m.os]),
+        "os": ("base image OS", ("os", "family", "python", "cpu image"),
+               [(o.name, o.family, str(o.python), o.cpu_image or "") for o in m.os]),
     }
 
 
@@ -325,13 +328,15 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         _row(t, ch["name"], _ok(ch["ok"]), ch["detail"])
     d = doc.get("decode")
     if d:
-        _row(t, "built-in decoder tokens/s", f"{d['tokens_per_s']}", f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
+        _row(t, "built-in decoder tokens/s", f"{d['tokens_per_s']}",
+             f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
              f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens")  # not the "tiny" shape's figure (newcomer D4)
         _row(t, "TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
     if doc.get("models"):
         m = Table(title="batch-1 decode (transformers)", title_justify="left", header_style="bold")
-        for col in ("model", "engine", "weights GB", "tokens/s (1/TPOT)", "min-max (runs)", "chars/s", "TTFT ms", "TPOT ms", "% of roofline"):
+        for col in ("model", "engine", "weights GB", "tokens/s (1/TPOT)", "min-max (runs)", "chars/s", "TTFT ms", "TPOT ms",
+                    "% of roofline"):
             m.add_column(col, justify="left" if col in ("model", "engine") else "right")
         for r in doc["models"]:
             roof = f"{r['pct_of_roofline']} % of {r['roofline_tokens_per_s']}" if r.get("roofline_tokens_per_s") else "-"
@@ -560,7 +565,8 @@ def print_matrix_check(c: Checked) -> None:
     for name in inferred["can_name_artifact"]:
         sys.stdout.write(f"  could name an artifact on an inferred fact: {name}\n")
     if c.derived:
-        sys.stdout.write(f"  kept by hand: {', '.join(c.hand_kept)}\n  derived (envkit matrix refresh): {', '.join(c.derived)}\n")
+        sys.stdout.write(f"  kept by hand: {', '.join(c.hand_kept)}\n  derived (envkit matrix refresh): {', '.join(c.derived)}"
+                         + ("; each region matches what data/sources derives" if c.derived_checked else "") + "\n")
 
 
 def print_refresh(r: Refreshed) -> None:

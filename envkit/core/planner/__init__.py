@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from envkit.core.planner.assemble import plan
-    from envkit.core.planner.context import base_os
+    from envkit.core.resolve.base_image import base_os
 
 __all__ = ["base_os", "plan"]
 
 
 def __getattr__(name: str) -> Any:
-    """`plan` and `base_os` load on first use (PEP 562): resolve needs the base image's rule, not the building blocks."""
+    """`plan` and `base_os` load on first use (PEP 562); base_os is the resolver's (core/resolve/base_image.py)."""
     if name == "plan":
         from envkit.core.planner import assemble
         return assemble.plan
     if name == "base_os":
-        from envkit.core.planner import context
-        return context.base_os
+        from envkit.core.resolve import base_image
+        return base_image.base_os
     raise AttributeError(name)

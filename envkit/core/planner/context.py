@@ -12,8 +12,9 @@ from typing import Optional
 from packaging.version import Version
 
 from envkit.core.planner.network import NetworkPolicy
+from envkit.core.resolve.base_image import base_os
 from envkit.errors import InputError
-from envkit.model.matrix import Matrix, OsRelease, PythonRelease, dtk_text
+from envkit.model.matrix import Matrix, OsRelease, PythonRelease
 from envkit.model.plan import PYTHON_PREFIX, WHEELHOUSE, Network, Options, PythonSource, ToolkitSource
 from envkit.model.site import Site
 from envkit.model.solution import Solution
@@ -29,34 +30,6 @@ _PLATFORM_NOTES = {
 # nvidia/cu13/bin/nvcc, cudafe++, fatbinary, nvlink and ptxas (the wheels' file lists, read 2026-12-01).
 NVCC_WHEEL_SINCE = Version("13.0")
 _OFFLINE_NOTE = "offline: load the base images first (docker load -i; envkit bundle carries them), and build with --network none"
-
-
-def base_os(m: Matrix, sol: Solution, site: Site) -> tuple[str, str, OsRelease]:
-    """(devel image, runtime image, os) for the solution's platform."""
-    if sol.platform == "cuda":
-        assert sol.cuda is not None
-        return sol.cuda.devel_image, sol.cuda.runtime_image, _known_os(m, sol.cuda.os)
-    toolkit = sol.toolkit
-    if sol.platform == "rocm":
-        assert toolkit is not None
-        r = m.rocm_release(toolkit)
-        assert r is not None
-        if r.devel_image is None or r.os is None:
-            raise InputError(f"no public base image for ROCm {sol.toolkit} is known to envkit",
-                             f"pin another ROCm with --rocm, or add a [[rocm]] row for {sol.toolkit} with its image and source to matrix.toml")
-        return r.devel_image, r.runtime_image or r.devel_image, _known_os(m, r.os)
-    if sol.platform == "dtk":
-        assert toolkit is not None
-        if not site.dtk_devel or not site.dtk_os:
-            raise InputError(f"DTK {dtk_text(toolkit)} images are not on Docker Hub and no site file names one",
-                             "add [dtk] devel_image, runtime_image and os (e.g. \"ubuntu20.04\") to the site file given with --mirror")
-        osr = m.os_release(site.dtk_os)
-        if osr is None:
-            raise InputError(f"site file: [dtk] os {site.dtk_os!r} is not a known os",
-                             f"use one of: {', '.join(o.name for o in m.os)}")
-        return site.dtk_devel, site.dtk_runtime or site.dtk_devel, osr
-    osr = next(o for o in m.os if o.cpu_image)
-    return osr.cpu_image or "", osr.cpu_image or "", osr
 
 
 def plain_image(osr: OsRelease) -> str:
@@ -90,12 +63,6 @@ def toolkit_source(m: Matrix, sol: Solution, site: Site, opts: Options) -> tuple
         raise InputError(f"{by}: CUDA {sol.cuda.version}'s nvcc wheel on PyPI ({sol.toolkit_wheels[0].name}) carries ptxas "
                          f"but no nvcc (nvcc is in the wheels from CUDA {NVCC_WHEEL_SINCE})", fix)
     return "pip", by
-
-
-def _known_os(m: Matrix, name: str) -> OsRelease:
-    osr = m.os_release(name)
-    assert osr is not None, f"the matrix names os {name!r} but has no [[os]] row for it"
-    return osr
 
 
 def qualified_image(ref: str) -> str:

@@ -239,7 +239,8 @@ def build_backend_script(sol: EngineSolution, site: Site) -> Optional[str]:
         recipe = ["docker", "build", "-t", tag, "--build-arg", f"BASE_IMAGE={name}", "--build-arg", f"BASE_TAG={base_tag}",
                   "-f", "dockerfile/Dockerfile.trt_llm_backend", "."]
         b = sol.backend
-        where = (f"tensorrtllm_backend at tag v{b.version} with its tensorrt_llm submodule ({b.tensorrt_llm_commit})" if b else "tensorrtllm_backend")
+        where = (f"tensorrtllm_backend at tag v{b.version} with its tensorrt_llm submodule ({b.tensorrt_llm_commit})" if b
+                 else "tensorrtllm_backend")
     return ("#!/bin/sh\n"
             f"# Builds the backend image the Dockerfile starts FROM, by upstream's own recipe. Run it in a checkout of\n"
             f"# {where}:\n"
@@ -256,7 +257,8 @@ def build_engine_script(sol: EngineSolution, opts: EngineOptions) -> Optional[st
     return ("#!/bin/sh\n"
             "# Builds the TensorRT engines on the GPU they will run on (an engine runs only on the arch and TensorRT\n"
             "# version it was built with), inside this image:\n"
-            f"#   docker run --rm --gpus all -v CHECKPOINTS:{CHECKPOINT_DIR}:ro -v ENGINES:{ENGINE_DIR} IMAGE sh /opt/envkit/build-engine.sh\n"
+            f"#   docker run --rm --gpus all -v CHECKPOINTS:{CHECKPOINT_DIR}:ro -v ENGINES:{ENGINE_DIR} IMAGE sh "
+            "/opt/envkit/build-engine.sh\n"
             f"# CHECKPOINTS: TensorRT-LLM checkpoints for {opts.tp} rank(s), from the model's convert_checkpoint.py\n"
             "# (TensorRT-LLM's examples/<model>/ at the same release).\n"
             "set -eu\n"
@@ -331,7 +333,8 @@ def _wheel_stages(sol: EngineSolution, opts: EngineOptions, site: Site, base: Wh
         steps.append(Step("site", "site settings", "the site's mirrors and CA certificate", SiteSettingsStep("runtime")))
     steps.append(Step("apt", "Python's pip and MPI", "libopenmpi-dev, as TensorRT-LLM's install guide says",
                       AptStep("runtime", ("python3-pip", "libopenmpi-dev")), network))
-    steps.append(Step("trtllm", f"TensorRT-LLM {r.version}", "its wheel, from NVIDIA's index" + (" (the site's rewrite of it)" if site.given else ""),
+    steps.append(Step("trtllm", f"TensorRT-LLM {r.version}",
+                      "its wheel, from NVIDIA's index" + (" (the site's rewrite of it)" if site.given else ""),
                       PipStep((f"tensorrt_llm=={r.version}",), extra_index_url=index), network, (index,)))
     steps.append(Step("envkit-files", "envkit's files", "the answer", CopyFilesStep(("envkit/solution.json",), "/opt/envkit/")))
     steps.append(_labels_step(sol, f"TensorRT-LLM {r.version} (wheel), CUDA {base.cuda}", site.image(base.image)))
@@ -379,7 +382,8 @@ def plan_engine(sol: EngineSolution, opts: EngineOptions, site: Site, templates:
             files[FILL_VALUES] = json_bytes(fill_values(sol, opts, repo.archive))
             if repo.cafile and site.ca_cert:
                 files["envkit/site/ca.crt"] = site.ca_cert
-    for name, script in (("envkit/build-backend.sh", build_backend_script(sol, site)), ("envkit/build-engine.sh", build_engine_script(sol, opts))):
+    for name, script in (("envkit/build-backend.sh", build_backend_script(sol, site)),
+                         ("envkit/build-engine.sh", build_engine_script(sol, opts))):
         if script is not None:
             files[name] = script.encode()
     a = None if repo is None else repo.archive

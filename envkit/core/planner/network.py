@@ -32,7 +32,8 @@ class NetworkPolicy:
         if mirrored is None:
             host = urlsplit(url)
             raise refusal(step, f"needs {url}, which {self.site.path} does not mirror",
-                          f"add [rewrite] \"{host.scheme}://{host.netloc}\" = \"<your mirror of it>\" to the site file, or build --offline from a bundle")
+                          f"add [rewrite] \"{host.scheme}://{host.netloc}\" = \"<your mirror of it>\" to the site file, or build --offline "
+                          "from a bundle")
         return mirrored, Network.SITE
 
     def index(self, step: str) -> Network:

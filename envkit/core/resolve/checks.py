@@ -71,7 +71,8 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
                             f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {asked}", b.source))
     if q.rocm and b.platform == "rocm" and (b.toolkit is None or not release_starts_with(b.toolkit, q.rocm)):
         variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
-        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {asked_text(q.rocm)} (it has {', '.join(variants) or 'none'})",
+        out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {asked_text(q.rocm)} (it has "
+                            f"{', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
     if b.platform == "rocm" and b.toolkit is not None:
         out += _rocm_image(c, b)
@@ -82,7 +83,8 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
     if g is not None and b.platform != "cpu" and b.platform != g.platform:
         out.append(_platform_gpu(c, b, g))
     elif g is not None and b.platform in ("cuda", "rocm") and not b.archs_known:
-        out.append(Conflict("torch.gpu-arch", f"no source envkit holds states which GPU archs torch {b.pin} was built for, so it is not given for {_gpu_label(g)}",
+        out.append(Conflict("torch.gpu-arch", f"no source envkit holds states which GPU archs torch {b.pin} was built for, so it is not "
+                            f"given for {_gpu_label(g)}",
                             _torch_arch_fix(c, c.gpu_cc) if c.gpu_cc else "pick a torch build whose arch list is known", b.source))
     elif g is not None and b.platform == "cuda" and c.gpu_cc and not b.runs_on_cc(c.gpu_cc):
         out.append(Conflict("torch.gpu-arch",
@@ -91,7 +93,8 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
                             _torch_arch_fix(c, c.gpu_cc), b.source))
     elif g is not None and b.platform == "rocm" and g.arch not in b.archs:
         out.append(Conflict("torch.gpu-arch", f"torch {b.pin} is not built for {g.arch} ({g.name}); it targets {', '.join(b.archs)}",
-                            "pick a ROCm torch whose arch list has this GPU" + (" (Hygon DCUs need the DTK builds: --platform dtk)" if g.vendor == "hygon" else ""),
+                            "pick a ROCm torch whose arch list has this GPU"
+                            + (" (Hygon DCUs need the DTK builds: --platform dtk)" if g.vendor == "hygon" else ""),
                             b.source))
     if g is not None and b.platform == "dtk" and g.min_dtk and b.toolkit is not None and b.toolkit < g.min_dtk:
         out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {dtk_text(g.min_dtk)}; this torch is built for DTK {dtk_text(b.toolkit)}",
@@ -145,7 +148,8 @@ def _torch_arch_fix(c: Ctx, cc: CC) -> str:
         return f"no torch build in the matrix runs on {cc.sm}"
     newest = max(fits, key=lambda b: (b.version, b.toolkit))
     oldest = min(fits, key=lambda b: b.version)
-    return f"use a torch build with {cc.sm}: torch {oldest.version} ... {newest.version}, e.g. --torch {newest.version} --cuda {newest.toolkit}"
+    return (f"use a torch build with {cc.sm}: torch {oldest.version} ... {newest.version}, e.g. --torch {newest.version} "
+            f"--cuda {newest.toolkit}")
 
 
 def check_toolkit(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Conflict]:
@@ -198,7 +202,8 @@ def _check_gpu_driver(c: Ctx) -> list[Conflict]:
                          f"upgrade the driver to {floor} or newer (R{floor.key[0]} branch)", source)]
     fam = c.m.gpu_driver(c.gpu_cc)
     if fam is not None and fam.last_branch is not None and q.driver.key[0] > fam.last_branch:
-        return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; driver branch R{fam.last_branch} is the last that supports it, this host has {q.driver}",
+        return [Conflict("gpu.driver", f"{label} is a {fam.family} GPU; driver branch R{fam.last_branch} is the last that supports it, "
+                         f"this host has {q.driver}",
                          f"install an R{fam.last_branch} driver (CUDA 12.x is the last toolkit for it)", fam.source)]
     return []
 
@@ -340,10 +345,12 @@ def check_vllm(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, v:
             fix += f", or a vLLM built for torch {b.version}: {version_span(others)}"
         out.append(Conflict("vllm.torch-pin", f"vLLM {v.version} is compiled against torch {v.torch}, not {b.version}", fix, v.source))
     if not c.admits(v.python, py):
-        out.append(Conflict("vllm.python", f"vLLM {v.version} does not install on Python {py} ({v.python}, with the wheels of what it pins)",
+        out.append(Conflict("vllm.python", f"vLLM {v.version} does not install on Python {py} ({v.python}, with the wheels of what it "
+                            "pins)",
                             "choose a Python in that range, or another vLLM", v.source))
     if v.missing_deps:
-        out.append(Conflict("vllm.deps", f"vLLM {v.version} pins {', '.join(v.missing_deps)}, which PyPI no longer serves: pip install fails",
+        out.append(Conflict("vllm.deps", f"vLLM {v.version} pins {', '.join(v.missing_deps)}, which PyPI no longer serves: pip install "
+                            "fails",
                             "use another vLLM release, or a package mirror that still holds them", v.source))
     if b.platform == "cpu" and v.cpu is not None and not c.admits(v.cpu.python, py):
         out.append(Conflict("vllm.python", f"{v.cpu.package} {v.version} does not install on Python {py} ({v.cpu.python})",
@@ -366,17 +373,20 @@ def _check_vllm_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Versi
     g = c.q.gpu
     if vllm_unary(c, v) and c.gpu_cc is not None and g is not None:
         archs = ", ".join(str(a) for a in v.cuda_archs or ())
-        return [Conflict("vllm.gpu-arch", f"no build of vLLM {v.version} runs on {c.gpu_cc.sm} ({g.name}): its PyPI wheel is built for {archs}"
+        return [Conflict("vllm.gpu-arch", f"no build of vLLM {v.version} runs on {c.gpu_cc.sm} ({g.name}): its PyPI wheel is built for "
+                         f"{archs}"
                          + "".join(f"; its CUDA {x.toolkit} build for {', '.join(map(str, x.archs or ()))}" for x in v.variants),
                          _vllm_newer_fix(c, c.gpu_cc), v.source)]
     cudas = _vllm_cudas(c, v) if c.q.cuda is not None else set()
     if c.q.cuda is not None and not any(release_starts_with(x, c.q.cuda) for x in cudas):
-        return [Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {asked_text(c.q.cuda)} (its builds: CUDA {', '.join(map(str, sorted(cudas)))})",
+        return [Conflict("vllm.cuda", f"vLLM {v.version} publishes no build for CUDA {asked_text(c.q.cuda)} (its builds: CUDA "
+                         f"{', '.join(map(str, sorted(cudas)))})",
                          f"use --cuda {max(cudas)}" if cudas else "pick another vLLM", v.source)]
     pick, why = vllm_pick(c, b, py, v)
     if pick is None:
         cudas_named = [str(x) for x in ([v.wheel_cuda] if v.wheel_cuda else []) + [x.toolkit for x in v.variants]]
-        return [Conflict("vllm.cuda", why, f"use --cuda {cudas_named[0]}" if cudas_named else "use the torch build pip installs with it (its PyPI build)", v.source)]
+        return [Conflict("vllm.cuda", why, f"use --cuda {cudas_named[0]}" if cudas_named else "use the torch build pip installs with it "
+                         "(its PyPI build)", v.source)]
     return _check_vllm_wheel(c, b, tk, py, v, pick)
 
 
@@ -389,12 +399,14 @@ def _check_vllm_wheel(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Vers
     elif pick.wheel is not None and tk_os is not None:
         need = _wheel_fits(pick.wheel, py)[1]
         if need is not None and tk_os.glibc < Version(f"{need[0]}.{need[1]}"):
-            out.append(Conflict("vllm.glibc", f"{pick.wheel} needs glibc >= {need[0]}.{need[1]}; the CUDA image's {tk_os.name} has {tk_os.glibc}",
+            out.append(Conflict("vllm.glibc", f"{pick.wheel} needs glibc >= {need[0]}.{need[1]}; the CUDA image's {tk_os.name} has "
+                                f"{tk_os.glibc}",
                                 "use a newer CUDA toolkit (its images are on a newer OS), or an older vLLM", v.source))
     if c.gpu_cc and g is not None and g.vendor == "nvidia":
         if pick.archs is None:
             which = f"Linux aarch64 wheel ({pick.wheel})" if c.q.machine == "aarch64" else f"wheel for CUDA {pick.cuda or b.toolkit}"
-            out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} {which} was built for",
+            out.append(Conflict("vllm.gpu-arch", f"no source envkit holds states which GPU archs the vLLM {v.version} {which} was built "
+                                "for",
                                 "use a vLLM release whose wheel's arch list is known, or build vLLM from source for this GPU", v.source))
         elif not runs_on(pick.archs, pick.ptx, c.gpu_cc):
             archs = ", ".join(str(a) for a in pick.archs) + (f"+PTX {pick.ptx}" if pick.ptx else "")
@@ -412,7 +424,8 @@ def _check_vllm_elsewhere(c: Ctx, b: TorchBuild, v: Vllm) -> list[Conflict]:
         if g is not None and g.arch not in v.rocm_archs:
             newer = [x.version for x in c.m.vllm if g.arch in x.rocm_archs]
             return [Conflict("vllm.gpu-arch", f"vLLM {v.version} on ROCm builds for {', '.join(v.rocm_archs)}, not {g.arch} ({g.name})",
-                             f"use a vLLM whose ROCm build covers {g.arch}: {version_span(newer)}" if newer else "use a supported AMD GPU", v.source)]
+                             f"use a vLLM whose ROCm build covers {g.arch}: {version_span(newer)}" if newer else "use a supported AMD GPU",
+                             v.source)]
     elif b.platform == "dtk":
         return [Conflict("vllm.platform", f"upstream vLLM {v.version} has no Hygon DTK build",
                          "use the vLLM build from your DAS (developer.hpccube.com), not upstream", v.source)]
@@ -479,7 +492,8 @@ def _fa_wheel(c: Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optiona
         pys = sorted({p for w in named for p in w.python})
         return None, f"flash-attn {f.version} published its cu{tag}torch{minor} wheel for Python {', '.join(map(str, pys))}, not {py}"
     if len({(w.torch, w.nvcc) for w in fits}) > 1:
-        return None, f"flash-attn {f.version}'s workflow built two different cu{tag}torch{minor} wheels under one name; which one was uploaded is unknown"
+        return None, (f"flash-attn {f.version}'s workflow built two different cu{tag}torch{minor} wheels under one name; which one was "
+                      "uploaded is unknown")
     w = fits[0]
     if w.torch.is_devrelease or w.torch.is_prerelease:
         return None, (f"the flash-attn {f.version} torch{minor} wheel was compiled against the nightly torch {w.torch}; released "
@@ -493,8 +507,9 @@ def _fa_wheel(c: Ctx, b: TorchBuild, py: Version, f: FlashAttn) -> tuple[Optiona
             return None, (f"the flash-attn {f.version} torch{minor} wheel is built against torch {w.torch}; torch {brk.torch} changed "
                           f"{brk.symbol} ({brk.why}), so it fails to import on {b.version}")
     if not b.cxx11abi and _built_abi(c.m, w) is True:
-        return None, (f"the flash-attn {f.version} cu{tag}torch{minor}cxx11abiFALSE wheel was compiled against torch {w.torch}+{w.torch_index}, "
-                      "which uses the C++11 ABI (FLASH_ATTENTION_FORCE_CXX11_ABI can only force TRUE): it fails to load with 'undefined symbol'")
+        return None, (f"the flash-attn {f.version} cu{tag}torch{minor}cxx11abiFALSE wheel was compiled against torch "
+                      f"{w.torch}+{w.torch_index}, which uses the C++11 ABI (FLASH_ATTENTION_FORCE_CXX11_ABI can only force TRUE): it "
+                      "fails to load with 'undefined symbol'")
     for br in c.m.flash_attn_broken:
         if c.admits(br.flash_attn, f.version) and br.torch == minor and br.cxx11abi == b.cxx11abi:
             return None, f"the flash-attn {f.version} torch{br.torch} cxx11abi{str(br.cxx11abi).upper()} wheel is broken: {br.why}"
@@ -514,13 +529,15 @@ def _fa_arch_hint(c: Ctx, cc: CC) -> Optional[tuple[FlashAttn, SpecifierSet]]:
     return None
 
 
-def check_flash_attn(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version, f: FlashAttn) -> tuple[list[Conflict], Optional[FlashAttnPlan]]:
+def check_flash_attn(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version,
+                     f: FlashAttn) -> tuple[list[Conflict], Optional[FlashAttnPlan]]:
     out, q = [], c.q
     src = f.source
     for k in q.kernels:
         if k not in f.kernels:
             out.append(Conflict("kernels.removed", f"the flash-attn {f.version} sdist has no csrc/{k}",
-                                "pin flash-attn 2.7.4.post1 (the last with both kernels), or use flash_attn.ops.triton.rotary instead of rotary_emb", src))
+                                "pin flash-attn 2.7.4.post1 (the last with both kernels), or use flash_attn.ops.triton.rotary instead of "
+                                "rotary_emb", src))
     if q.kernels and b.platform != "cuda":
         out.append(Conflict("kernels.platform", f"csrc/{'/'.join(q.kernels)} are CUDA extensions; the platform is {b.platform}",
                             "build them on a CUDA platform, or use flash_attn.ops.triton.* instead", src))
@@ -550,10 +567,12 @@ def _check_fa_rocm(c: Ctx, b: TorchBuild, f: FlashAttn, out: list[Conflict]) -> 
                             f"use flash-attn >= {min(newer)} (composable_kernel backend)" if newer else "use PyTorch SDPA", src))
     else:
         if f.rocm is not None and b.toolkit is not None and not c.admits(f.rocm, b.toolkit):
-            out.append(Conflict("flash-attn.platform", f"flash-attn {f.version}'s ROCm backend needs ROCm {f.rocm}; torch {b.pin} is built for ROCm {b.toolkit}",
+            out.append(Conflict("flash-attn.platform", f"flash-attn {f.version}'s ROCm backend needs ROCm {f.rocm}; torch {b.pin} is built "
+                                f"for ROCm {b.toolkit}",
                                 f"use a torch built for ROCm {f.rocm}", src))
         if g is not None and g.arch not in f.rocm_archs:
-            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version}'s ROCm backend builds for {', '.join(f.rocm_archs)}, not {g.arch} ({g.name})",
+            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version}'s ROCm backend builds for {', '.join(f.rocm_archs)}, not "
+                                f"{g.arch} ({g.name})",
                                 "use PyTorch SDPA on this GPU (or flash-attn's separate Triton backend)", src))
     arch_list = (g.arch,) if g is not None else f.rocm_archs
     return out, FlashAttnPlan(f.version, "source", None, None, arch_list, src,
@@ -569,7 +588,8 @@ def _check_fa_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version
         out.append(Conflict("flash-attn.gpu-arch",
                             f"FlashAttention-2 needs compute capability >= 8.0 (Ampere or newer); {gpu_name} is {c.gpu_cc.sm}",
                             # FlashAttention 1.x's README: "Turing or Ampere GPUs (e.g., A100, RTX 3090, T4, RTX 2080)"
-                            "use PyTorch SDPA or xformers on this GPU" + (" (FlashAttention 1.x supports Turing)" if c.gpu_cc >= CC(7, 5) else "")
+                            "use PyTorch SDPA or xformers on this GPU"
+                            + (" (FlashAttention 1.x supports Turing)" if c.gpu_cc >= CC(7, 5) else "")
                             + ", or run on an sm80+ GPU", src))
     wheel, why = _fa_wheel(c, b, py, f)
     if wheel and not c.q.kernels:
@@ -584,8 +604,10 @@ def _check_fa_cuda(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit], py: Version
         fits = [a for a in archs if sass_runs_on(a, c.gpu_cc)]
         if not fits:
             hint = _fa_arch_hint(c, c.gpu_cc)
-            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version} built with nvcc {nvcc} has no kernels for {c.gpu_cc.sm} ({gpu_name})",
-                                f"use flash-attn >= {hint[0].version} with nvcc {hint[1]}" if hint else "no flash-attn release in the matrix builds for it",
+            out.append(Conflict("flash-attn.gpu-arch", f"flash-attn {f.version} built with nvcc {nvcc} has no kernels for {c.gpu_cc.sm} "
+                                f"({gpu_name})",
+                                f"use flash-attn >= {hint[0].version} with nvcc {hint[1]}" if hint else "no flash-attn release in the "
+                                "matrix builds for it",
                                 hint[0].source if hint else src))
         arch_list = tuple(str(a) for a in fits[-1:]) or (str(c.gpu_cc),)
     else:

@@ -34,7 +34,8 @@ class _Candidate:
     def label(self) -> str:
         if self.build == "backend" and self.backend is not None:
             return f"tensorrtllm_backend {self.backend.version} on Triton {self.image.release}"
-        what = f" (TensorRT-LLM {self.trtllm_version})" if self.trtllm_version else f" (vLLM {self.image.vllm_version})" if self.image.vllm else ""
+        what = f" (TensorRT-LLM {self.trtllm_version})" if self.trtllm_version \
+            else f" (vLLM {self.image.vllm_version})" if self.image.vllm else ""
         return f"Triton {self.image.release}-{self.image.flavor}{what}"
 
 
@@ -191,7 +192,8 @@ def _trtllm_arch_conflicts(m: Matrix, q: Query, c: _Candidate, g: Gpu, cc: CC) -
         return [Conflict("engine.gpu-arch", f"TensorRT-LLM {c.trtllm_version} has no {g.arch} ({g.name}): "
                          f"its {gone.version} release notes removed it in that and every later release", fix, gone.source)]
     if r is not None and r.archs and not any(sass_runs_on(a, cc) for a in r.archs):
-        return [Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports {', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
+        return [Conflict("engine.gpu-arch", f"TensorRT-LLM {r.version} supports "
+                         f"{', '.join('sm_%d%d' % (a.major, a.minor) for a in r.archs)}; "
                          f"{g.name} is {g.arch}", "use a TensorRT-LLM release that lists it", r.source)]
     listed = [x for x in m.trtllm if x.archs]
     if (r is None or not r.archs) and listed and cc < min(a for x in listed for a in x.archs):
@@ -250,7 +252,8 @@ def _driver_conflicts(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict
     elif branch is not None:
         return out, (f"driver {d} is below Triton {t.release}'s {t.driver}: it runs through the container's CUDA "
                      f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})"), True
-    listed = f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" if t.datacenter_drivers else ""
+    listed = f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" \
+        if t.datacenter_drivers else ""
     out.append(Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}{listed}; the driver is {d}{why}",
                         _driver_fix(m, q.gpu, t.driver), t.source))
     return out, None, False
@@ -374,7 +377,8 @@ def _successor(m: Matrix, q: Query) -> str:
         ft = m.fastertransformer
         return ft.successor if ft is not None else "TensorRT-LLM"
     e = alt.engine
-    return f"{e.image} with TensorRT-LLM {e.trtllm.version if e.trtllm else (e.backend.version if e.backend else '?')} (--engine triton-trtllm)"
+    return (f"{e.image} with TensorRT-LLM {e.trtllm.version if e.trtllm else (e.backend.version if e.backend else '?')} "
+            "(--engine triton-trtllm)")
 
 
 def resolve_engine(m: Matrix, q: Query) -> Result:
@@ -384,7 +388,8 @@ def resolve_engine(m: Matrix, q: Query) -> Result:
     chosen = [c for c in every if _chosen(q, c)]
     if not chosen:
         pins = " ".join(f"--{k} {v}" for k, v in q.given if k in ("trtllm", "triton", "vllm"))
-        have = list(dict.fromkeys(c.label for c in sorted(every, key=lambda c: (c.image.key, c.trtllm_version or Version("0")), reverse=True)))
+        have = list(dict.fromkeys(c.label for c in sorted(every, key=lambda c: (c.image.key, c.trtllm_version or Version("0")),
+                                                          reverse=True)))
         ft = m.fastertransformer
         if engine == "fastertransformer" and ft is not None:
             return Result(q, None, (Conflict("engine.legacy", f"FasterTransformer is archived ({ft.archived}): its Triton backend builds "

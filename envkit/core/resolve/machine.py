@@ -27,7 +27,8 @@ def target_machine(q: Query) -> str:
 def on_aarch64(b: TorchBuild) -> TorchBuild:
     """The build as its Linux aarch64 wheels are (call only for a build whose machines hold aarch64)."""
     known = b.aarch64_archs is not None or b.platform == "cpu"
-    return replace(b, archs=tuple(b.aarch64_archs or ()) if b.platform == "cuda" else b.archs, ccs=(), ptx=None if b.platform == "cuda" else b.ptx,
+    return replace(b, archs=tuple(b.aarch64_archs or ()) if b.platform == "cuda" else b.archs, ccs=(),
+                   ptx=None if b.platform == "cuda" else b.ptx,
                    archs_known=known, python=b.aarch64_python or b.python, pypi=b.aarch64_pypi,
                    cxx11abi=b.cxx11abi if b.aarch64_cxx11abi is None else b.aarch64_cxx11abi,
                    abi_known=b.aarch64_cxx11abi is not None, source=b.aarch64_source or b.source,

@@ -63,7 +63,8 @@ def known_archs(m: Matrix) -> tuple[set[str], set[str]]:
         ccs += list(v.cuda_archs or ()) + [a for x in (*v.variants, *v.rocm_wheels) for a in x.archs or ()]
     sm |= {c.sm for c in ccs}
     gfx |= {a for b in m.torch if b.platform != "cuda" for a in b.archs}
-    gfx |= {a for r in m.rocm for a in r.archs} | {a for f in m.flash_attn for a in f.rocm_archs} | {a for v in m.vllm for a in v.rocm_archs}
+    gfx |= {a for r in m.rocm for a in r.archs} | {a for f in m.flash_attn for a in f.rocm_archs} \
+        | {a for v in m.vllm for a in v.rocm_archs}
     return sm, gfx
 
 
@@ -320,7 +321,8 @@ def _engine_build(f: ResolveFlags, engine: Optional[str]) -> bool:
                          "use --engine-build source (compile fastllm from its tag) or --engine-build wheel (the default)")
     name = None if engine is None else engine.partition("==")[0].strip()
     if name != "fastllm":
-        raise InputError(f"--engine-build {build} chooses how fastllm is installed; --engine is {shown(f.engine) if f.engine else 'not given'}",
+        raise InputError(f"--engine-build {build} chooses how fastllm is installed; --engine is "
+                         f"{shown(f.engine) if f.engine else 'not given'}",
                          "add --engine fastllm, or drop --engine-build")
     return build == "source"
 

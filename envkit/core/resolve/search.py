@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from packaging.version import Version
 
+from envkit.core.resolve.base_image import image_python
 from envkit.core.resolve.checks import (
     Ctx,
     check_flash_attn,
@@ -261,7 +262,8 @@ def _platform_part(m: Matrix, q: Query, b: TorchBuild, tk: Optional[CudaToolkit]
         d = m.dtk_release(b.toolkit)
         if d:
             example = f" (public example: {d.image_hint})" if d.image_hint else ""
-            return None, None, None, (f"DTK images are not on Docker Hub: name yours in the site file{example}; DTK >= 23.10 containers need -v /opt/hyhal",), \
+            return None, None, None, (f"DTK images are not on Docker Hub: name yours in the site file{example}; DTK >= 23.10 containers "
+                                      "need -v /opt/hyhal",), \
                 (b.source, d.source)
     return None, None, None, (), (b.source,)
 
@@ -282,9 +284,11 @@ def _cuda_notes(m: Matrix, q: Query, b: TorchBuild, tk: CudaToolkit) -> tuple[tu
     if g is not None and fam is not None and fam.last_branch is not None:
         notes.append(f"{g.name} is a {fam.family} GPU: R{fam.last_branch} is the last driver branch that supports it")
     if b.ptx is not None and g and g.cc and not any(sass_runs_on(a, g.cc) for a in b.ccs):
-        notes.append(f"torch runs on {g.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
+        notes.append(f"torch runs on {g.arch} through PTX JIT of compute_{b.ptx.major}{b.ptx.minor}: the first start compiles kernels; "
+                     f"needs the toolkit driver {tk.toolkit_driver}, not just the minor-version minimum")
     if min_driver == tk.min_driver:  # else the GPU's note above names both floors
-        notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships {tk.toolkit_driver})")
+        notes.append(f"driver >= {tk.min_driver} (CUDA {tk.version.major}.x minor-version compatibility; the toolkit ships "
+                     f"{tk.toolkit_driver})")
     return tuple(notes), tuple(sources), min_driver
 
 
@@ -298,19 +302,26 @@ def _flash_attn_part(c: Ctx, pick: _Pick) -> tuple[Optional[FlashAttnPlan], tupl
         if fa_plan.build == "source" and b.platform == "cuda":
             fa_plan = replace(fa_plan, profile=q.flash_attn_profile)
             notes.append(f"flash-attn's serving profile ({q.flash_attn_profile.split(':', 1)[1].replace(':', '; ')}): the forward and "
-                         "split-KV kernels only; any other call raises a RuntimeError naming what is missing (--flash-attn-profile full builds all)")
+                         "split-KV kernels only; any other call raises a RuntimeError naming what is missing (--flash-attn-profile full "
+                         "builds all)")
         else:
-            notes.append(f"--flash-attn-profile {q.flash_attn_profile.split(':')[0]} chooses a CUDA source build's kernels; this flash-attn "
-                         + ("is a prebuilt wheel, which carries every kernel" if fa_plan.build == "wheel" else f"is built for {b.platform} whole"))
+            notes.append(f"--flash-attn-profile {q.flash_attn_profile.split(':')[0]} chooses a CUDA source build's kernels; this "
+                         "flash-attn "
+                         + ("is a prebuilt wheel, which carries every kernel" if fa_plan.build == "wheel"
+                            else f"is built for {b.platform} whole"))
     if fa_plan and fa_plan.build == "source":
-        notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for {';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)"
+        notes.append(f"flash-attn {f.version} is built from the sdist with FLASH_ATTENTION_FORCE_BUILD=TRUE for "
+                     f"{';'.join(fa_plan.arch_list) or 'its default archs'} (about 5 GB RAM per nvcc job)"
                      + (f": {fa_plan.reason}" if fa_plan.reason else ""))
     if fa_plan and fa_plan.build == "wheel":
-        notes.append(f"flash-attn wheel from GitHub releases, in the build matrix of its {f.tag} release workflow; its ABI flag cxx11abi{str(b.cxx11abi).upper()} matches torch {b.pin}")
+        notes.append(f"flash-attn wheel from GitHub releases, in the build matrix of its {f.tag} release workflow; its ABI flag "
+                     f"cxx11abi{str(b.cxx11abi).upper()} matches torch {b.pin}")
     arch_list = (str(q.gpu.cc),) if q.gpu and q.gpu.cc else tuple(str(a) for a in flash_attn_archs(c, f, tk.version)) if tk else ()
-    kernels = tuple(KernelPlan(k, KERNELS[k], f.version, "shipped" if f.kernel_setup_py else "supplied", arch_list, True) for k in q.kernels)
+    kernels = tuple(KernelPlan(k, KERNELS[k], f.version, "shipped" if f.kernel_setup_py else "supplied", arch_list, True)
+                    for k in q.kernels)
     if "rotary" in q.kernels:
-        notes.append("csrc/rotary's setup.py compiles with -march=native: build on the target CPU family, or replace the flag (e.g. -march=x86-64-v3) before building")
+        notes.append("csrc/rotary's setup.py compiles with -march=native: build on the target CPU family, or replace the flag (e.g. "
+                     "-march=x86-64-v3) before building")
     if q.kernels and not f.kernel_setup_py:
         notes.append(f"the flash-attn {f.version} sdist ships csrc kernels without their setup.py: envkit supplies one")
     return fa_plan, kernels, tuple(notes), (f.source,)
@@ -360,7 +371,8 @@ def _driver_fix(c: Ctx, conflicts: list[Conflict]) -> list[Conflict]:
 def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
     out = []
     if sol.torch.confidence == "inferred":
-        out.append(f"torch {sol.torch.pin}: {sol.torch.note or 'this row is inferred, not read from a release artifact'} ({sol.torch.source})")
+        out.append(f"torch {sol.torch.pin}: {sol.torch.note or 'this row is inferred, not read from a release artifact'} "
+                   f"({sol.torch.source})")
     if sol.vllm is not None and sol.vllm.confidence == "inferred":
         out.append(f"vLLM {sol.vllm.version}: its CUDA builds are inferred ({sol.vllm.source})")
     if sol.flash_attn is not None:
@@ -383,45 +395,28 @@ def _input_notes(q: Query, sol: Solution) -> tuple[str, ...]:
     return tuple(out)
 
 
-def image_python(m: Matrix, b: TorchBuild, tk: Optional[CudaToolkit]) -> Optional[tuple[Version, str]]:
-    """The Python of the base image a stack is built on, and its OS, where the matrix names the image
-    (CUDA and ROCm images, the CPU image; DTK images come from the site file: None)."""
-    os_name: Optional[str] = None
-    if b.platform == "cuda" and tk is not None:
-        os_name = tk.os
-    elif b.platform == "rocm" and b.toolkit is not None:
-        r = m.rocm_release(b.toolkit)
-        os_name = r.os if r is not None else None
-    elif b.platform == "cpu":
-        os_name = next((o.name for o in m.os if o.cpu_image), None)
-    osr = m.os_release(os_name) if os_name else None
-    return (osr.python, osr.name) if osr is not None else None
-
-
-def _image_python_warning(c: Ctx, pick: _Pick) -> tuple[str, ...]:
-    """Newcomer D6: with no --python, `generate` builds on the base image's own Python when that keeps the same
-    torch, vLLM and flash-attn (app/generate.py `solve`); say so, so that the wheels named here are not taken
-    for the image's."""
-    if c.q.python is not None:
-        return ()
-    img = image_python(c.m, pick.torch, pick.toolkit)
-    if img is None or img[0] == pick.python:
-        return ()
-    py, os_name = img
-    alt = _first_fit(Ctx(c.m, replace(c.q, python=py)))
-    plan = pick.flash_attn[1] if pick.flash_attn else None
-    if alt is None or alt.torch != pick.torch or alt.vllm != pick.vllm \
-            or not same_flash_attn(alt.flash_attn[1] if alt.flash_attn else None, plan):
-        return ()
-    same = " and ".join(["torch"] + (["vLLM"] if pick.vllm else []) + (["flash-attn"] if pick.flash_attn else []))
-    return (f"the image gets Python {py}, not {pick.python}: generate prefers the base image's own Python ({os_name}) "
-            f"when it installs the same {same}, so its wheels are cp{py.major}{py.minor}; "
-            f"--python {py} shows them, --python {pick.python} builds {pick.python} from source",)
-
-
 def resolve(m: Matrix, q: Query, *, suggest: bool = True, explain: bool = True) -> Result:
     """Newest consistent stack for q, or the conflicts of the nearest miss (`explain=False`: no conflicts, for a caller
-    that asks only whether it fits)."""
+    that asks only whether it fits). With no --python, the stack on the base image's own Python where that installs
+    the same torch, vLLM and flash-attn as the newest Python would: no Python to build, and the image's own pip."""
+    result = _resolve(m, q, suggest=suggest, explain=explain)
+    sol = result.solution
+    if sol is None or q.python is not None:
+        return result
+    img = image_python(m, sol.torch, sol.cuda)
+    if img is None or img[0] == sol.python:
+        return result
+    py, os_name = img
+    on_image = _resolve(m, replace(q, python=py), suggest=False, explain=False)
+    alt = on_image.solution
+    if alt is None or alt.torch != sol.torch or alt.vllm != sol.vllm or not same_flash_attn(alt.flash_attn, sol.flash_attn):
+        return result
+    note = (f"python {py}: the base image's own ({os_name}), which installs the same stack as {sol.python} would "
+            f"(--python {sol.python} builds that one instead)")
+    return replace(on_image, query=q, notes=(note,) + on_image.notes, python_from_image=py)
+
+
+def _resolve(m: Matrix, q: Query, *, suggest: bool = True, explain: bool = True) -> Result:
     if q.machine is None and target_machine(q) != "x86_64":
         q = replace(q, machine=target_machine(q))
     if q.machine == AARCH64:
@@ -431,13 +426,13 @@ def resolve(m: Matrix, q: Query, *, suggest: bool = True, explain: bool = True) 
     if q.engine in CONTAINER_ENGINES:
         return resolve_engine(m, q)
     if q.engine in PIP_ENGINES:
-        return resolve_pip_engine(m, q, lambda sub: resolve(m, sub, suggest=False),
-                                  lambda sub: resolve(m, sub, suggest=False, explain=False))
+        return resolve_pip_engine(m, q, lambda sub: _resolve(m, sub, suggest=False),
+                                  lambda sub: _resolve(m, sub, suggest=False, explain=False))
     c = Ctx(m, q)
     pick = _first_fit(c)
     if pick is not None:
         sol = _solution(c, pick)
-        return Result(q, sol, warnings=_input_notes(q, sol) + _image_python_warning(c, pick) + _warnings(sol, m))
+        return Result(q, sol, warnings=_input_notes(q, sol) + _warnings(sol, m))
     if not explain:
         return Result(q, None)
     conflicts = _driver_fix(c, _nearest_miss(c))

@@ -58,9 +58,9 @@ def conflicts(m: Matrix, q: Query, row: Row, plat: str) -> tuple[list[Conflict],
     if plat == "cuda" and row.cuda_major is not None and q.driver is not None:
         floor = min((c.min_driver for c in m.cuda if c.version.major == row.cuda_major), default=None)
         if floor is not None and q.driver < floor:
-            out.append(Conflict("engine.driver", f"{label(row)} runs on the CUDA {row.cuda_major} runtime wheels (nvidia-*-cu{row.cuda_major}), "
-                                f"which need driver >= {floor}; the driver is {q.driver}", f"upgrade the driver to >= {floor}",
-                                next(c.source for c in m.cuda if c.version.major == row.cuda_major)))
+            out.append(Conflict("engine.driver", f"{label(row)} runs on the CUDA {row.cuda_major} runtime wheels "
+                                f"(nvidia-*-cu{row.cuda_major}), which need driver >= {floor}; the driver is {q.driver}",
+                                f"upgrade the driver to >= {floor}", next(c.source for c in m.cuda if c.version.major == row.cuda_major)))
     if row.python is None:
         notes.append(f"{label(row)}: its wheel states no Requires-Python")
     return out, notes
@@ -72,8 +72,8 @@ def _source_conflicts(row: FtllmSource, plat: str) -> list[Conflict]:
         return [Conflict("engine.platform", f"envkit compiles {label(row)} for CUDA and the CPU; the query asks for {plat}",
                          "use the ftllm-rocm wheel (drop --engine-build source)", row.source)]
     if plat == "cuda" and row.option("USE_CUDA") is None:
-        return [Conflict("engine.platform", f"{label(row)}'s CMakeLists.txt has no USE_CUDA option", "pick another --engine fastllm==VERSION",
-                         row.source)]
+        return [Conflict("engine.platform", f"{label(row)}'s CMakeLists.txt has no USE_CUDA option",
+                         "pick another --engine fastllm==VERSION", row.source)]
     return []
 
 
@@ -95,8 +95,8 @@ def constrain(m: Matrix, q: Query, row: Row, base: Query, plat: str) -> Union[Qu
     if row.rocm is not None and plat == "rocm":
         rocm = Version(row.rocm)
         if q.rocm is not None and not release_starts_with(rocm, q.rocm):
-            return Conflict("engine.platform", f"{label(row)} is built for ROCm {row.rocm}; --rocm {q.flags().get('rocm')} asks for another",
-                            f"use --rocm {rocm.major}.{rocm.minor}", row.source)
+            return Conflict("engine.platform", f"{label(row)} is built for ROCm {row.rocm}; --rocm {q.flags().get('rocm')} "
+                            "asks for another", f"use --rocm {rocm.major}.{rocm.minor}", row.source)
         base = replace(base, rocm=Version(f"{rocm.major}.{rocm.minor}"))
     return base
 

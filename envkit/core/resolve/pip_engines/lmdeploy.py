@@ -125,4 +125,5 @@ def constrain(m: Matrix, q: Query, row: Lmdeploy, base: Query, plat: str) -> Uni
 
 def packages(row: Lmdeploy, plat: str) -> EnginePackages:
     return EnginePackages("lmdeploy", str(row.version), (f"lmdeploy=={row.version}",), row.source,
-                          server=("lmdeploy", "serve", "api_server", MODEL_DIR, "--server-name", "0.0.0.0", "--server-port", str(SERVE_PORT)))
+                          server=("lmdeploy", "serve", "api_server", MODEL_DIR, "--server-name", "0.0.0.0",
+                                  "--server-port", str(SERVE_PORT)))

@@ -199,3 +199,23 @@ def test_generate_builds_exactly_what_resolve_answers_for_the_stack():
         assert r.notes == g.result.notes, flags
         both += 1
     assert both > len(PIP_GPUS), both
+
+
+@pytest.mark.parametrize("engine", PIP_ENGINES)
+def test_a_pinned_pip_engine_s_release_fix_names_a_release_that_resolves(engine):
+    """Where a pinned release's own torch or CUDA cannot run on the GPU, the fix names another release: done, it
+    gives a solution (or the fix says no release does, and none does)."""
+    from envkit.core.resolve.pip_engines import releases
+
+    named = 0
+    for version in releases(M, engine, False):
+        for gpu in ONE_PER_ARCH:
+            r = answer({"engine": f"{engine}=={version}", "gpu": gpu})
+            for c in r.conflicts:
+                m = re.match(rf"use --engine {engine}==(\S+), the newest release that resolves here", c.fix)
+                if m:
+                    assert answer({"engine": f"{engine}=={m.group(1)}", "gpu": gpu}).ok, (engine, version, gpu, c.fix)
+                    named += 1
+                elif c.fix.startswith(f"no {engine} release resolves here"):
+                    assert not answer({"engine": engine, "gpu": gpu}).ok, (engine, version, gpu)
+    assert named or engine in ("lmdeploy", "fastllm"), engine  # their releases fail on their own facts (engine.*), not on pins

@@ -66,7 +66,30 @@ def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result],
         if found is not None:
             return found
     found, best = _first_release(m, q, r, rows, solve)
-    return found if found is not None else Result(q, None, tuple(dict.fromkeys(best or [])))
+    if found is not None:
+        return found
+    conflicts = tuple(dict.fromkeys(best or []))
+    if q.engine_version is not None and any(c.rule in _PINNED_BY_THE_ENGINE for c in conflicts):
+        conflicts = _release_fix(m, q, r, conflicts, fit or solve)
+    return Result(q, None, conflicts)
+
+
+# the stack's torch build and CUDA, which an engine release pins: a fix that moves them cannot hold under the pin
+_PINNED_BY_THE_ENGINE = frozenset({"torch.gpu-arch", "gpu.toolkit-arch", "torch.no-variant"})
+
+
+def _release_fix(m: Matrix, q: Query, r: Rules, conflicts: tuple[Conflict, ...],
+                 fit: Callable[[Query], Result]) -> tuple[Conflict, ...]:
+    """A pinned release's stack fails under its own pins (its torch, its CUDA): the fix of those conflicts names the
+    release that does resolve here, or says that none does."""
+    unpinned = replace(q, engine_version=None)
+    found, _ = _first_release(m, unpinned, r, r.candidates(m, unpinned, platform_of(q)), fit)
+    if found is not None and found.solution is not None and found.solution.engine is not None:
+        fix = (f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here "
+               f"({q.engine} {q.engine_version} pins the torch and CUDA of this stack)")
+    else:
+        fix = f"no {q.engine} release resolves here: use --engine vllm or --engine torch"
+    return tuple(replace(c, fix=fix) if c.rule in _PINNED_BY_THE_ENGINE else c for c in conflicts)
 
 
 def _first_release(m: Matrix, q: Query, r: Rules, rows: list[Row],

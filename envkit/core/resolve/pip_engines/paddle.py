@@ -42,10 +42,28 @@ def label(row: Paddle) -> str:
 
 def conflicts(m: Matrix, q: Query, row: Paddle, plat: str) -> tuple[list[Conflict], list[str]]:
     if plat == "cuda":
-        return [], []
+        return _built_cuda_targets(m, q, row), []
     return [Conflict("engine.platform", f"{label(row)} is a CUDA build; the query asks for {plat}"
                      + (" (Paddle's Hygon DCU builds come as Paddle's own images)" if plat == "dtk" else ""),
                      "use --engine torch there, or Paddle's DCU image", row.source)], []
+
+
+def _built_cuda_targets(m: Matrix, q: Query, row: Paddle) -> list[Conflict]:
+    """A Paddle build is compiled by its CUDA's nvcc: a GPU that CUDA cannot target has no kernel in it, and Paddle
+    refuses to run on an arch it was not compiled for ("Mismatched GPU Architecture", PaddlePaddle/Paddle#76037)."""
+    g = q.gpu
+    if g is None or g.cc is None or g.vendor != "nvidia" or not row.cuda:
+        return []
+    built = Version(row.cuda)
+    toolkit = next((t for t in m.cuda if release_starts_with(t.version, built)), None)
+    if toolkit is None or toolkit.can_target(g.cc):
+        return []
+    able = sorted({Version(r.cuda) for r in m.rows("paddle") if r.cuda and any(
+        release_starts_with(t.version, Version(r.cuda)) and t.can_target(g.cc) for t in m.cuda)})
+    fix = (f"pick a Paddle build for CUDA {able[0]} or later (--engine paddle==VERSION, the builds of its index)" if able
+           else "no Paddle build in the matrix is compiled for it: use --engine vllm or --engine torch")
+    return [Conflict("engine.gpu-arch", f"{label(row)} is compiled with CUDA {row.cuda}, which cannot target {g.cc.sm} "
+                     f"({g.name})", fix, f"{row.source}; {toolkit.source}")]
 
 
 def python_ok(row: Paddle, py: Version) -> Optional[bool]:

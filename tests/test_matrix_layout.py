@@ -78,3 +78,42 @@ def test_a_derived_table_s_row_is_found_however_its_header_is_spelt(header):
 def test_a_broken_region_is_named_with_its_line(text, line, says):
     problems = refresh.layout(text).problems
     assert any(at == line and says in what for at, what in problems), problems
+
+
+def _beside_the_sources(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "sources").symlink_to(ROOT / "data" / "sources")
+    path = tmp_path / "matrix.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_hand_edit_inside_a_derived_region_is_refused_beside_the_extracts(tmp_path):
+    text = MATRIX.read_text(encoding="utf-8")
+    edited = text.replace('versions = ["2.15.0"]\npython = ">=3.11,<3.16"', 'versions = ["2.15.0"]\npython = ">=3.10,<3.16"', 1)
+    assert edited != text
+    ran = _check(_beside_the_sources(tmp_path, edited))
+    assert ran.returncode == 3, ran.stdout
+    line = edited.splitlines().index(next(x for x in edited.splitlines() if x.startswith("# >>> derived: torch "))) + 1
+    assert f"line {line}: the derived [[torch]] rows differ from what data/sources/ derives (1 row(s))" in ran.stderr
+
+
+def test_the_repository_matrix_beside_its_extracts_is_checked_and_valid(tmp_path):
+    ran = _check(_beside_the_sources(tmp_path, MATRIX.read_text(encoding="utf-8")))
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["derived_checked"] is True
+
+
+def test_a_marker_line_refresh_does_not_write_is_a_problem_not_a_crash(tmp_path):
+    text = MATRIX.read_text(encoding="utf-8")
+    marker = next(x for x in text.splitlines() if x.startswith("# >>> derived: vllm "))
+    ran = _check(_beside_the_sources(tmp_path, text.replace(marker + "\n", marker + "  \n", 1)))
+    assert ran.returncode == 3 and "no derived region for vllm" in ran.stderr, ran.stderr
+
+
+def test_a_matrix_without_regions_beside_other_sources_is_not_compared(tmp_path):
+    text = MATRIX.read_text(encoding="utf-8")
+    plain = "\n".join(x for x in text.splitlines() if not x.startswith(("# >>> derived:", "# <<< derived:"))) + "\n"
+    ran = _check(_beside_the_sources(tmp_path, plain))
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["derived_checked"] is False

@@ -55,6 +55,8 @@ def test_the_triton_an_engine_asks_for_is_its_default_install_s_on_linux():
     (TORCH_2141, ">=3.4.0,<=3.7.1", None, False),   # ~=3.8.0 starts above 3.7.1
     (TORCH_2141, ">=3.4.0,<=3.8.2", None, True),
     (None, "==3.0.0", None, True),                  # a torch that requires no triton
+    (TORCH_2141, ">3.8.0,<3.8.5", None, True),      # only a version strictly between the bounds meets both
+    ("triton===3.8.0-custom", ">=3.4.0", None, False),  # an arbitrary string pins no version envkit can compare
 ])
 def test_a_torch_admits_an_engine_s_triton_when_some_triton_meets_both(torch_triton, wanted, python, admits):
     assert admits_triton(torch_triton, SpecifierSet(wanted), python) is admits

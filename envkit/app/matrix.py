@@ -85,16 +85,29 @@ def check(path: Optional[str]) -> Union[Checked, Rejected]:
     if parts.problems:
         return Rejected(MatrixError([MatrixProblem(line, what) for line, what in parts.problems], m.path))
     sources = derived.default_sources(Path(m.path))
-    if sources.is_dir():  # a maintainer's checkout: the derived regions must be what their extracts derive
-        edited = [MatrixProblem(text[:text.index(f"# >>> derived: {name} ")].count("\n") + 1,
-                                f"the derived [[{name}]] rows differ from what data/sources/ derives ({n} row(s)): a hand edit is "
-                                f"overwritten by `envkit matrix refresh`; put the fact in its extract, then refresh")
-                  for name, n, _diff in derived.check(text, sources)]
-        if edited:
-            return Rejected(MatrixError(edited, m.path))
+    regions = tuple(r for r in derived.REGIONS if r.name in parts.derived and (sources / r.directory).is_dir())
+    edited = _edited_regions(text, sources, regions)  # a maintainer's checkout: what the extracts beside it derive
+    if edited:
+        return Rejected(MatrixError(edited, m.path))
     rows = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
             "flash_attn": len(m.flash_attn), "vllm": len(m.vllm), "python": len(m.python)}
-    return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept, sources.is_dir())
+    return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept, bool(regions))
+
+
+def _edited_regions(text: str, sources: Path, regions: tuple[Any, ...]) -> list[MatrixProblem]:
+    """Each derived region (with its extracts under `sources`) whose rows differ from what they derive, at its marker."""
+    out = []
+    for region in regions:
+        begin = next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"# >>> derived: {region.name} "))
+        try:
+            differs = derived.check(text, sources, (region,))
+        except InputError as exc:  # a marker line refresh cannot find as it writes it
+            out.append(MatrixProblem(begin, f"{exc.message}: {exc.fix}"))
+            continue
+        out.extend(MatrixProblem(begin, f"the derived [[{name}]] rows differ from what data/sources/ derives ({n} row(s)): a hand "
+                                        "edit is overwritten by `envkit matrix refresh`; put the fact in its extract, then refresh")
+                   for name, n, _diff in differs)
+    return out
 
 
 @dataclass(frozen=True)

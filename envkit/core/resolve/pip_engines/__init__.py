@@ -41,13 +41,14 @@ def _row_conflicts(m: Matrix, q: Query, r: Rules, row: Row) -> tuple[list[Confli
 
 
 def _queries(m: Matrix, q: Query, r: Rules, row: Row) -> Iterator[Union[Query, Conflict]]:
-    """The ordinary resolves the release's pins make of the query (or the conflict that forbids them)."""
-    base = r.constrain(m, q, row, replace(q, engine=None, engine_version=None, engine_source=False), platform_of(q))
-    if isinstance(base, Conflict) or q.python is not None:
-        yield base
+    """The ordinary resolves the release's pins make of the query, one per Python it may take (or the conflict that
+    forbids one): a pin may hold on one Python only (torch 2.5.1 pins triton below Python 3.13)."""
+    base = replace(q, engine=None, engine_version=None, engine_source=False)
+    if q.python is not None:
+        yield r.constrain(m, q, row, base, platform_of(q))
         return
     for py in (p.version for p in m.python if r.python_ok(row, p.version) is not False):
-        yield replace(base, python=py)
+        yield r.constrain(m, replace(q, python=py), row, replace(base, python=py), platform_of(q))
 
 
 def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result],
@@ -80,15 +81,14 @@ _PINNED_BY_THE_ENGINE = frozenset({"torch.gpu-arch", "gpu.toolkit-arch", "torch.
 
 def _release_fix(m: Matrix, q: Query, r: Rules, conflicts: tuple[Conflict, ...],
                  fit: Callable[[Query], Result]) -> tuple[Conflict, ...]:
-    """A pinned release's stack fails under its own pins (its torch, its CUDA): the fix of those conflicts names the
-    release that does resolve here, or says that none does."""
+    """A pinned release's stack fails under its own pins (its torch, its CUDA): where another release resolves for the
+    same query, the fix of those conflicts names it; else the fixes stand (they may ask to drop a flag of the user's)."""
     unpinned = replace(q, engine_version=None)
     found, _ = _first_release(m, unpinned, r, r.candidates(m, unpinned, platform_of(q)), fit)
-    if found is not None and found.solution is not None and found.solution.engine is not None:
-        fix = (f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here "
-               f"({q.engine} {q.engine_version} pins the torch and CUDA of this stack)")
-    else:
-        fix = f"no {q.engine} release resolves here: use --engine vllm or --engine torch"
+    if found is None or found.solution is None or found.solution.engine is None:
+        return conflicts
+    fix = (f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here "
+           f"({q.engine} {q.engine_version} pins the torch and CUDA of this stack)")
     return tuple(replace(c, fix=fix) if c.rule in _PINNED_BY_THE_ENGINE else c for c in conflicts)
 
 
@@ -104,7 +104,7 @@ def _first_release(m: Matrix, q: Query, r: Rules, rows: list[Row],
         for sub in _queries(m, q, r, row):
             if isinstance(sub, Conflict):
                 best = [sub] if best is None or len(best) > 1 else best
-                break
+                continue
             res = solve(sub)
             miss, arch, arch_note = r.compile_arch(row, q, res)
             if miss is not None:

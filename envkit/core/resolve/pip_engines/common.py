@@ -146,7 +146,15 @@ def admits_triton(torch_triton: Optional[str], wanted: SpecifierSet, python: Opt
     req = Requirement(torch_triton)
     if not marker_holds(req, linux_x86_64(python)):
         return True
-    names = {Version(s.version.replace(".*", "")) for spec in (req.specifier, wanted) for s in spec}
+    names: set[Version] = set()
+    for s in (*req.specifier, *wanted):
+        try:
+            v = Version(s.version.replace(".*", ""))
+        except InvalidVersion:  # an === arbitrary string: no version to try
+            continue
+        names.add(v)
+        if s.operator == ">":  # an exclusive floor: the next patch is the first version above it
+            names.add(Version(f"{v.major}.{v.minor}.{v.micro + 1}"))
     return any(req.specifier.contains(v, prereleases=True) and wanted.contains(v, prereleases=True) for v in names)
 
 

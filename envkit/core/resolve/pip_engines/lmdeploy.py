@@ -80,6 +80,13 @@ def _admitted(m: Matrix, q: Query, row: Lmdeploy, torch: SpecifierSet) -> tuple[
     return in_range, [b for b in in_range if triton is None or admits_triton(b.triton, triton, q.python)]
 
 
+def _runs_here(m: Matrix, q: Query, row: Lmdeploy, release: TorchBuild) -> bool:
+    """Whether the torch release has a build on the row's CUDA major that runs on the query's GPU (any, without one)."""
+    return any(b.version == release.version and b.platform == "cuda" and b.toolkit is not None
+               and (row.cuda_major is None or b.toolkit.major == row.cuda_major)
+               and (q.gpu is None or q.gpu.cc is None or b.runs_on_cc(q.gpu.cc)) for b in m.torch)
+
+
 def _torch_pins(m: Matrix, q: Query, row: Lmdeploy) -> Union[SpecifierSet, Conflict]:
     """The torch the row admits: its Requires-Dist range and --torch, less the releases whose triton pin it cannot meet."""
     torch = _torch_range(row.torch) or SpecifierSet()
@@ -91,8 +98,8 @@ def _torch_pins(m: Matrix, q: Query, row: Lmdeploy) -> Union[SpecifierSet, Confl
                         "the matrix holds", f"drop --torch, or use one in {torch}", row.source)
     if not kept:
         pins = ", ".join(f"torch {b.version} requires {pin(b.triton)}" for b in in_range if b.triton)
-        without = _admitted(m, q, row, torch)[1] if q.torch is not None else []
-        fix = (f"drop --torch: {label(row)} installs with torch {', '.join(str(b.version) for b in without)}" if without
+        without = [b.version for b in _admitted(m, q, row, torch)[1] if _runs_here(m, q, row, b)] if q.torch is not None else []
+        fix = (f"drop --torch: {label(row)} installs with torch {', '.join(map(str, without))}" if without
                else "use another --engine lmdeploy==VERSION")
         return Conflict("engine.torch", f"{label(row)} requires triton {triton_wanted(row.requires, q.python)}; "
                         f"{asked if q.torch is not None else f'its torch range {torch}'} leaves only torch releases that pin "

@@ -25,6 +25,9 @@ def test_the_repository_matrix_keeps_its_two_parts_apart():
     assert set(parts.derived) == {r.name for r in refresh.REGIONS}
     assert {"cuda", "gpu", "gpu_driver", "rocm", "dtk", "python", "os"} <= set(parts.hand_kept)
     assert not set(parts.derived) & set(parts.hand_kept)
+    lines = MATRIX.read_text(encoding="utf-8").splitlines()
+    assert {name for name, _ in parts.begins} == set(parts.derived)
+    assert all(lines[at - 1].startswith(f"# >>> derived: {name} ") for name, at in parts.begins)
 
 
 def test_matrix_check_names_both_parts_in_its_json():

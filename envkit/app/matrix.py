@@ -86,7 +86,7 @@ def check(path: Optional[str]) -> Union[Checked, Rejected]:
         return Rejected(MatrixError([MatrixProblem(line, what) for line, what in parts.problems], m.path))
     sources = derived.default_sources(Path(m.path))
     regions = tuple(r for r in derived.REGIONS if r.name in parts.derived and (sources / r.directory).is_dir())
-    edited = _edited_regions(text, sources, regions)  # a maintainer's checkout: what the extracts beside it derive
+    edited = _edited_regions(text, sources, regions, dict(parts.begins))  # a maintainer's checkout: what the extracts derive
     if edited:
         return Rejected(MatrixError(edited, m.path))
     rows = {"cuda": len(m.cuda), "gpu": len(m.gpus), "torch": len(m.torch), "rocm": len(m.rocm), "dtk": len(m.dtk),
@@ -94,11 +94,11 @@ def check(path: Optional[str]) -> Union[Checked, Rejected]:
     return Checked(m, rows, inferred_entries(m), parts.derived, parts.hand_kept, bool(regions))
 
 
-def _edited_regions(text: str, sources: Path, regions: tuple[Any, ...]) -> list[MatrixProblem]:
+def _edited_regions(text: str, sources: Path, regions: tuple[Any, ...], begins: dict[str, int]) -> list[MatrixProblem]:
     """Each derived region (with its extracts under `sources`) whose rows differ from what they derive, at its marker."""
     out = []
     for region in regions:
-        begin = next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"# >>> derived: {region.name} "))
+        begin = begins[region.name]
         try:
             differs = derived.check(text, sources, (region,))
         except InputError as exc:  # a marker line refresh cannot find as it writes it

@@ -97,7 +97,8 @@ def forward_compatible(rows: list[dict[str, Any]], py3: list[dict[str, Any]]) ->
     out = []
     for row in rows:
         n = notes.get(row["release"])
-        if n is not None and _cuda_minor(row.get("cuda")) is not None and _cuda_minor(row.get("cuda")) == _cuda_minor(n.get("cuda")):
+        cuda = _cuda_minor(row.get("cuda"))
+        if n is not None and cuda is not None and cuda == _cuda_minor(n.get("cuda")):
             row = {**{k: v for k, v in row.items() if k != "source"}, "datacenter_drivers": n["datacenter_drivers"],
                    **({"not_forward_compatible": n["not_forward_compatible"]} if n.get("not_forward_compatible") else {}),
                    "source": f"{row['source']}; forward compatibility: {n['source'].split('; ')[0]}"}

@@ -188,6 +188,7 @@ class Layout:
     derived: tuple[str, ...]
     hand_kept: tuple[str, ...]
     problems: tuple[tuple[int, str], ...]  # (line, what is wrong there)
+    begins: tuple[tuple[str, int], ...] = ()  # (region, the line of its begin marker)
 
 
 def _markers(number: int, line: str, open_: tuple[str, int] | None, problems: list[tuple[int, str]]) -> tuple[str, int] | None:
@@ -213,11 +214,13 @@ def layout(text: str) -> Layout:
     first_region = 0
     rows: dict[str, list[tuple[int, str | None]]] = {}
     problems: list[tuple[int, str]] = []
+    begins: list[tuple[str, int]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         before = open_
         open_ = _markers(number, line, open_, problems)
         if open_ is not None and open_ != before:
             first_region = first_region or number
+            begins.append(open_)
         elif before is None and open_ is None and (m := _TABLE_HEADER.match(line)) is not None:
             rows.setdefault(m.group(1), []).append((number, None))
         elif open_ is not None and (m := _TABLE_HEADER.match(line)) is not None:
@@ -237,4 +240,4 @@ def layout(text: str) -> Layout:
                 problems.append((number, f"[[{table}]] is kept by hand and sits among the derived tables (below line {first_region}, "
                                          "the first derived region): move it above, with the other hand-kept tables"))
                 break  # the table's first misplaced row names it
-    return Layout(derived, tuple(t for t in rows if t not in derived), tuple(sorted(problems)))
+    return Layout(derived, tuple(t for t in rows if t not in derived), tuple(sorted(problems)), tuple(begins))

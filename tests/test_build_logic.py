@@ -181,3 +181,53 @@ def test_export_wheels_of_a_plan_that_compiles_nothing_is_refused(tmp_path):
     with pytest.raises(InputError) as exc:
         check_export_dir(str(tmp_path / "out"), _plan_doc(False))
     assert "compiles nothing" in str(exc.value) and not (tmp_path / "out").exists()
+
+
+class _StreamingEngine:
+    """An engine of plain data: the build stream it answers, the images it holds, and the builds it was asked for."""
+
+    def __init__(self, lines: list[str], images: set[str]) -> None:
+        self.lines, self.images, self.builds = lines, images, []
+
+    def build(self, context, *, network, buildargs, nocache=False, dockerfile="Dockerfile", **extra):
+        self.builds.append(extra.get("target"))
+        yield from ({"stream": line + "\n"} for line in self.lines)
+        yield {"aux": {"ID": "sha256:" + "f" * 64}}
+
+    def has_image(self, ref: str) -> bool:
+        return ref in self.images
+
+
+DOCKER_STREAM = ["Step 1/5 : FROM docker.io/library/ubuntu:24.04 AS build", " ---> 6d4b3c2a1f00",
+                 "Step 2/5 : RUN make", " ---> Running in 0a1b2c3d4e5f", "Removing intermediate container 0a1b2c3d4e5f",
+                 " ---> 1a2b3c4d5e6f", "Step 3/5 : FROM docker.io/library/ubuntu:24.04 AS runtime", " ---> 6d4b3c2a1f00",
+                 "Step 4/5 : COPY --from=build /opt/venv /opt/venv", " ---> Using cache", " ---> 9f8e7d6c5b4a",
+                 "Step 5/5 : CMD [\"python\"]", " ---> 0f0e0d0c0b0a", "Successfully built 0f0e0d0c0b0a"]
+PODMAN_STREAM = ["[1/2] STEP 1/2: FROM docker.io/library/ubuntu:24.04 AS build", "[1/2] STEP 2/2: RUN make",
+                 "--> 1a2b3c4d5e6", "[2/2] STEP 1/2: FROM docker.io/library/ubuntu:24.04 AS runtime",
+                 "[2/2] STEP 2/2: CMD [\"python\"]", "--> Using cache 0f0e0d0c0b0", "--> 0f0e0d0c0b0"]
+
+
+@pytest.mark.parametrize("stream, build, runtime", [(DOCKER_STREAM, "1a2b3c4d5e6f", "0f0e0d0c0b0a"),
+                                                    (PODMAN_STREAM, "1a2b3c4d5e6", "0f0e0d0c0b0")])
+def test_a_build_stream_names_the_image_each_stage_ended_with(tmp_path, stream, build, runtime):
+    from envkit.adapters.image_build import stream_build
+
+    res = stream_build(_StreamingEngine(stream, set()), tmp_path, "none", {}, lambda line: None)
+    assert res.stage_images == {"build": build, "runtime": runtime}
+    assert [name for name, _ in res.stages] == ["build", "runtime"]
+
+
+def test_export_takes_the_build_stage_this_build_left_and_builds_again_only_where_the_engine_dropped_it(tmp_path):
+    from envkit.adapters.image_build import stream_build
+    from envkit.app.build import build_stage_image
+    from envkit.app.reporter import Silent
+
+    kept = _StreamingEngine(DOCKER_STREAM, {"1a2b3c4d5e6f"})
+    built = stream_build(kept, tmp_path, "none", {}, lambda line: None)
+    assert build_stage_image(kept, tmp_path, built, network="none", buildargs={}, secrets=(), reporter=Silent()) == "1a2b3c4d5e6f"
+    assert kept.builds == [None]  # no second pass
+    dropped = _StreamingEngine(DOCKER_STREAM, set())
+    built = stream_build(dropped, tmp_path, "none", {}, lambda line: None)
+    assert build_stage_image(dropped, tmp_path, built, network="none", buildargs={}, secrets=(), reporter=Silent()) == "sha256:" + "f" * 64
+    assert dropped.builds == [None, "build"]  # the build stage again, from the layer cache

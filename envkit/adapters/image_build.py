@@ -17,6 +17,8 @@ from envkit.core.preflight import diagnose
 from envkit.core.render import secret_ids
 from envkit.errors import ExternalError, InputError
 
+STEP_IMAGE = re.compile(r"\s*-{2,3}> (?:Using cache )?([0-9a-f]{6,64})\s*$")  # Docker " ---> 3f2a...", Podman "--> 3f2a..."
+
 
 @dataclass
 class BuildResult:
@@ -25,6 +27,7 @@ class BuildResult:
     size: int = 0
     seconds: float = 0.0
     stages: list = field(default_factory=list)  # [(stage, seconds)]
+    stage_images: dict = field(default_factory=dict)  # stage -> the image its last step left (its " ---> id" line)
     steps: int = 0
     log: list = field(default_factory=list)
 
@@ -35,6 +38,7 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
     res = BuildResult()
     start = time.monotonic()
     stage_start, stage_name = start, None
+    last_id: Optional[str] = None
     error = None
     extra: dict[str, Any] = {"secrets": secrets} if secrets else {}  # an engine without secrets to pass is asked as it always was
     if target is not None:
@@ -51,9 +55,15 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
                     now = time.monotonic()
                     if stage_name:
                         res.stages.append((stage_name, now - stage_start))
+                        if last_id:
+                            res.stage_images[stage_name] = last_id
+                    last_id = None
                     stage_start, stage_name = now, m.group(3) or f"stage{len(res.stages)}"
                 if re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, re.I):
                     res.steps += 1
+                step_image = STEP_IMAGE.match(line)
+                if step_image:
+                    last_id = step_image.group(1)
                 on_line(line)
         elif "error" in msg:
             error = msg.get("error", "")
@@ -64,6 +74,8 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
     end = time.monotonic()
     if stage_name:
         res.stages.append((stage_name, end - stage_start))
+        if last_id:
+            res.stage_images[stage_name] = last_id
     res.seconds = end - start
     if res.image_id is None and error is None:
         m = next((re.match(r"Successfully built ([0-9a-f]+)", l) for l in reversed(res.log) if l.startswith("Successfully built")), None)

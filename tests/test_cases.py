@@ -65,3 +65,6 @@ def test_case(case: dict) -> None:
         got = {c.rule for c in result.conflicts}
         missing = set(case["rules"]) - got
         assert not missing, f"rules {sorted(missing)} not among {sorted(got)}: {[c.message for c in result.conflicts]}"
+        for rule, text in case.get("fixes", {}).items():  # words the fix of that rule's conflict must carry
+            fixes = [c.fix for c in result.conflicts if c.rule == rule]
+            assert any(text in f for f in fixes), f"no {rule} fix says {text!r}: {fixes}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envkit.core.resolve.base_image import image_python
@@ -368,6 +369,65 @@ def _driver_fix(c: Ctx, conflicts: list[Conflict]) -> list[Conflict]:
     return conflicts
 
 
+def _release_fixes(c: Ctx, conflicts: list[Conflict]) -> list[Conflict]:
+    """The fix of a pinned torch or vLLM that cannot run on the GPU names the newest other release that resolves with
+    the rest of the query, or says that none does (issue 27: an RX 7800 XT with --vllm 0.6.0 was told "0.8.3 ...
+    0.33.0", where the first ROCm wheel envkit can install is 0.14.0; a GH200 with --torch 2.6.0 was told "torch 2.0.0
+    ... 2.15.0", most of it without an aarch64 CUDA wheel)."""
+    q, out = c.q, []
+    for x in conflicts:
+        if x.rule == "vllm.gpu-arch" and q.vllm is not None:
+            x = replace(x, fix=_vllm_release_fix(c))
+        elif x.rule == "torch.gpu-arch" and q.torch is not None and q.engine_version is None:
+            x = replace(x, fix=_torch_release_fix(c))
+        out.append(x)
+    return out
+
+
+def _may_run(c: Ctx, b: TorchBuild) -> bool:
+    """A build that cannot run on the GPU fails the same check again: not worth resolving."""
+    g = c.q.gpu
+    if g is None or b.platform != g.platform:
+        return g is None
+    if b.platform == "cuda":
+        return c.gpu_cc is None or (b.archs_known and b.runs_on_cc(c.gpu_cc))
+    return b.platform != "rocm" or g.arch in b.archs
+
+
+def _pinned(q: Query, key: str, value: str, **fields: object) -> Query:
+    return replace(q, **fields, given=tuple((k, v) for k, v in q.given if k != key) + ((key, value),))  # type: ignore[arg-type]
+
+
+def _vllm_release_fix(c: Ctx) -> str:
+    q = c.q
+    assert q.vllm is not None
+    amd_arch = q.gpu.arch if q.gpu is not None and q.gpu.platform == "rocm" else None
+    for v in sorted((x for x in c.m.vllm if x.version not in q.vllm and (amd_arch is None or amd_arch in x.rocm_archs)),
+                    key=lambda x: x.version, reverse=True):
+        pick = _first_fit(Ctx(c.m, _pinned(q, "vllm", str(v.version), vllm=SpecifierSet(f"=={v.version}"))))
+        if pick is not None:
+            return f"use --vllm {v.version}, the newest vLLM release that resolves here with the rest of the query"
+    return "no vLLM release in the matrix resolves here with the rest of the query: drop --vllm"
+
+
+def _torch_release_fix(c: Ctx) -> str:
+    q = c.q
+    assert q.torch is not None
+    builds = sorted({(b.version, b.toolkit if b.platform == "cuda" else None) for b in c.m.torch
+                     if b.version not in q.torch and _may_run(c, b)},
+                    key=lambda vt: (vt[0], vt[1] or Version("0")), reverse=True)
+    for version, toolkit in builds:
+        sub = _pinned(q, "torch", str(version), torch=SpecifierSet(f"=={version}"), torch_local=None)
+        pick = _first_fit(Ctx(c.m, sub))
+        if pick is None and q.cuda is not None and toolkit is not None:
+            sub = _pinned(sub, "cuda", str(toolkit), cuda=toolkit)
+            pick = _first_fit(Ctx(c.m, sub))
+        if pick is not None:
+            with_cuda = f" --cuda {pick.toolkit.version}" if q.cuda is not None and pick.toolkit is not None else ""
+            return f"use --torch {version}{with_cuda}, the newest torch release that resolves here with the rest of the query"
+    return "no torch release in the matrix resolves here with the rest of the query"
+
+
 def _warnings(sol: Solution, m: Matrix) -> tuple[str, ...]:
     out = []
     if sol.torch.confidence == "inferred":
@@ -435,7 +495,7 @@ def _resolve(m: Matrix, q: Query, *, suggest: bool = True, explain: bool = True)
         return Result(q, sol, warnings=_input_notes(q, sol) + _warnings(sol, m))
     if not explain:
         return Result(q, None)
-    conflicts = _driver_fix(c, _nearest_miss(c))
+    conflicts = _release_fixes(c, _driver_fix(c, _nearest_miss(c)))
     if not conflicts:
         asked = q.flags().get("torch", "")
         have = sorted({b.pin for b in m.torch if q.torch is None or c.admits(q.torch, b.version)})

@@ -70,7 +70,9 @@ def test_no_string_in_the_shipped_matrix_names_developer_notes() -> None:
 def test_every_bad_row_is_reported_with_its_line() -> None:
     bad = TEXT.replace('version = "11.8"\nrelease = "11.8.0"', 'version = "eleven"\nrelease = "11.8.0"', 1)
     bad = bad.replace('name = "RTX 4090"\naliases = ["4090", "GeForce RTX 4090"]\nvendor = "nvidia"', 'name = "RTX 4090"\naliases = ["4090", "GeForce RTX 4090"]\nvendor = "intel"', 1)
-    needle = 'source = "https://www.techpowerup.com/gpu-specs/geforce-rtx-3090.c3622"'
+    needle = ('source = "https://www.techpowerup.com/gpu-specs/geforce-rtx-3090.c3622; '
+              'segment: https://developer.nvidia.com/cuda-gpus (Workstation/Consumer column)"')
+    assert needle in bad
     bad = bad.replace(needle, "", 1)
     problems = _problems(bad)
     text = "\n".join(problems)
@@ -408,3 +410,10 @@ def test_a_toolkit_wheel_not_pinned_to_its_release_is_refused_at_its_line(old: s
 def test_a_cuda_row_without_toolkit_wheels_still_loads_with_none() -> None:
     m = matrix.parse(TEXT)
     assert [c.wheels for c in m.cuda if str(c.version) == "11.8"] == [()]
+
+
+def test_a_gpu_segment_is_one_of_nvidias_columns_and_for_nvidia_gpus_only() -> None:
+    amd = TEXT.replace('arch = "gfx942"\n', 'arch = "gfx942"\nsegment = "data-center"\n', 1)
+    assert any("`segment`: segment is the column of NVIDIA's compute capability pages" in p for p in _problems(amd))
+    unknown = TEXT.replace('segment = "workstation-consumer"', 'segment = "consumer"', 1)
+    assert any("`segment`: segment must be data-center, workstation-consumer or jetson" in p for p in _problems(unknown))

@@ -31,6 +31,7 @@ from envkit.errors import MatrixError, MatrixProblem
 from envkit.model.engines import FasterTransformer, Ftllm, FtllmSource, Lmdeploy, Paddle, Sglang, TritonImage, Trtllm, TrtllmBackend
 from envkit.model.matrix import (
     CC,
+    GPU_SEGMENTS,
     MACHINES,
     VENDOR_PLATFORM,
     CudaToolkit,
@@ -514,9 +515,16 @@ _CUDA = _Spec(CudaToolkit, Table.of(
 _GPU = _Spec(Gpu, Table.of(
     _req("vendor", _one_of("vendor", *VENDOR_PLATFORM)), _req("arch", _gpu_arch),
     _req("name"), _strs("aliases"), _req("memory_gb", _finite, (int, float)), _req("bandwidth_gbs", _finite, (int, float)),
-    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse), _opt("machine", _one_of("machine", "aarch64"))),
-    check=lambda x: None if x.arch.startswith("sm_" if x.vendor == "nvidia" else "gfx")
-    else ("arch", f"a {x.vendor} GPU's arch is {'sm_NN' if x.vendor == 'nvidia' else 'gfxNNN'}, not {x.arch}"))
+    _opt("min_dtk", Version), _SOURCE, _opt("min_driver", Driver.parse), _opt("machine", _one_of("machine", "aarch64")),
+    _opt("segment", _one_of("segment", *GPU_SEGMENTS))), check=lambda x: _gpu_problem(x))
+
+
+def _gpu_problem(x: Gpu) -> Optional[tuple[str, str]]:
+    if not x.arch.startswith("sm_" if x.vendor == "nvidia" else "gfx"):
+        return "arch", f"a {x.vendor} GPU's arch is {'sm_NN' if x.vendor == 'nvidia' else 'gfxNNN'}, not {x.arch}"
+    if x.segment is not None and x.vendor != "nvidia":
+        return "segment", "segment is the column of NVIDIA's compute capability pages: NVIDIA GPUs only"
+    return None
 
 _GPU_DRIVER = _Spec(GpuDriver, Table.of(
     _req("family"), _req("archs", _cc_list, list), _opt("min_driver", Driver.parse), _opt("last_branch", _strict_int, int),

@@ -19,6 +19,7 @@ MACHINES = ("x86_64", "aarch64")
 
 
 VENDOR_PLATFORM = {"nvidia": "cuda", "amd": "rocm", "hygon": "dtk"}
+GPU_SEGMENTS = ("data-center", "workstation-consumer", "jetson")  # the columns of developer.nvidia.com/cuda-gpus
 
 
 @dataclass(frozen=True, order=True)
@@ -163,6 +164,7 @@ class Gpu:
     source: str
     min_driver: Optional[Driver] = None  # a product newer than its architecture's first driver (H200 needs R550)
     machine: Optional[str] = None  # "aarch64": the product is a Grace (or Jetson) system, whose host CPU is Arm
+    segment: Optional[str] = None  # NVIDIA's column for it on its compute capability pages: data-center, workstation-consumer, jetson
 
     @property
     def cc(self) -> Optional[CC]:

@@ -8,7 +8,6 @@ miss), each with its rule, its source and the fix that names a release that woul
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
@@ -108,12 +107,13 @@ def _carried_trtllm(m: Matrix, b: TrtllmBackend) -> Version:
     return min(same, default=b.version)
 
 
-_CONSUMER = re.compile(r"^(GeForce\s+)?(RTX|GTX|TITAN)\s*[0-9]", re.IGNORECASE)
-
-
-def consumer_gpu(g: Optional[Gpu]) -> bool:
-    """A GeForce card (RTX 4090, GTX 1080 Ti): the release notes allow CUDA forward compatibility on data center GPUs only."""
-    return g is not None and bool(_CONSUMER.match(g.name))
+def data_center_gpu(g: Optional[Gpu]) -> Optional[bool]:
+    """Whether NVIDIA lists the GPU in the Data Center column of its compute capability pages (None: it does not list
+    it there at all). CUDA's forward compatibility is for data center GPUs and select NGC Server Ready RTX SKUs, which
+    NVIDIA does not name (docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html)."""
+    if g is None or g.vendor != "nvidia" or g.segment is None:
+        return None
+    return g.segment == "data-center"
 
 
 def _chosen(q: Query, c: _Candidate) -> bool:
@@ -247,11 +247,14 @@ def _driver_conflicts(m: Matrix, q: Query, c: _Candidate) -> tuple[list[Conflict
         why = f"; its notes' list of branches that are not forward-compatible is not in the matrix, so R{branch.key[0]} is not assumed"
     elif branch is not None and branch.key[0] in (t.not_forward_compatible or ()):
         why = f"; its notes list R{branch.key[0]} for data center GPUs but also among the branches that are not forward-compatible"
-    elif branch is not None and consumer_gpu(q.gpu):
-        why = f"; forward compatibility is for data center GPUs, and {q.gpu.name if q.gpu else ''} is a GeForce card"
+    elif branch is not None and q.gpu is not None and data_center_gpu(q.gpu) is False:
+        why = (f"; forward compatibility is for data center GPUs (and NGC Server Ready RTX SKUs NVIDIA does not name), and "
+               f"NVIDIA lists the {q.gpu.name} as {q.gpu.segment}")
     elif branch is not None:
+        unlisted = f"; NVIDIA's compute capability pages do not list the {q.gpu.name}" \
+            if q.gpu is not None and data_center_gpu(q.gpu) is None else ""
         return out, (f"driver {d} is below Triton {t.release}'s {t.driver}: it runs through the container's CUDA "
-                     f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch})"), True
+                     f"forward-compatibility package, on data center GPUs only (R{branch.key[0]} from {branch}){unlisted}"), True
     listed = f" (data center GPUs: {', '.join(str(x) for x in t.datacenter_drivers)} or later in their branch)" \
         if t.datacenter_drivers else ""
     out.append(Conflict("engine.driver", f"{c.label} needs driver >= {t.driver}{listed}; the driver is {d}{why}",

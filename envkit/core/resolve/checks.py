@@ -93,9 +93,7 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
                             _torch_arch_fix(c, c.gpu_cc), b.source))
     elif g is not None and b.platform == "rocm" and g.arch not in b.archs:
         out.append(Conflict("torch.gpu-arch", f"torch {b.pin} is not built for {g.arch} ({g.name}); it targets {', '.join(b.archs)}",
-                            "pick a ROCm torch whose arch list has this GPU"
-                            + (" (Hygon DCUs need the DTK builds: --platform dtk)" if g.vendor == "hygon" else ""),
-                            b.source))
+                            _rocm_arch_fix(c, g), b.source))
     if g is not None and b.platform == "dtk" and g.min_dtk and b.toolkit is not None and b.toolkit < g.min_dtk:
         out.append(Conflict("dtk.card", f"{g.name} needs DTK >= {dtk_text(g.min_dtk)}; this torch is built for DTK {dtk_text(b.toolkit)}",
                             f"install DTK >= {dtk_text(g.min_dtk)} and its DAS torch (--dtk {dtk_text(g.min_dtk)} or newer)", g.source))
@@ -150,6 +148,14 @@ def _torch_arch_fix(c: Ctx, cc: CC) -> str:
     oldest = min(fits, key=lambda b: b.version)
     return (f"use a torch build with {cc.sm}: torch {oldest.version} ... {newest.version}, e.g. --torch {newest.version} "
             f"--cuda {newest.toolkit}")
+
+
+def _rocm_arch_fix(c: Ctx, g: Gpu) -> str:
+    if g.vendor == "hygon":
+        return "pick a ROCm torch whose arch list has this GPU (Hygon DCUs need the DTK builds: --platform dtk)"
+    if not any(b.platform == "rocm" and g.arch in b.archs for b in c.m.torch):
+        return f"no ROCm torch build in the matrix targets {g.arch}: use a GPU of an arch torch builds for"
+    return "pick a ROCm torch whose arch list has this GPU"
 
 
 def check_toolkit(c: Ctx, b: TorchBuild, tk: Optional[CudaToolkit]) -> list[Conflict]:

@@ -23,7 +23,8 @@ command -v docker-registry > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get
 wait "$ENVS" || { cat "$ENVS_LOG" >&2; echo "test.sh: installing the vLLM, Triton or fastllm environment failed (above)" >&2; exit 1; }
 cat "$ENVS_LOG"; rm -f "$ENVS_LOG"
 # two lanes on two cores (tests/conftest.py): one worker runs the integration tests, the other the unit modules; one process
-# (unit tests first) where there is one core. The 25 slowest steps at the end.
+# (unit tests first) where there is one core. The 25 slowest steps at the end, and every test's time in
+# test-results/junit.xml for a CI system's test report.
 LANES=()
 [ "$(nproc)" -ge 2 ] && LANES=(-n 2 --dist loadscope --no-loadscope-reorder)
-exec .venv/bin/python -m pytest -q --durations=25 "${LANES[@]}" "$@"
+exec .venv/bin/python -m pytest -q --durations=25 --junitxml=test-results/junit.xml "${LANES[@]}" "$@"

@@ -509,7 +509,7 @@ def _suggestions(m: Matrix, q: Query) -> tuple[tuple[str, dict[str, str]], ...]:
     """Each given flag whose removal gives a solution, with that solution's few fields."""
     out = []
     for key, _value in q.given:
-        alt = resolve(m, q.without(key), suggest=False)
+        alt = resolve(m, q.without(key), suggest=False, explain=False)  # only its solution is shown: no conflicts, no fixes
         if alt.solution is not None:
             out.append((key, alt.solution.flat()))
     # the GPU is what the user owns: "without --gpu" is offered only where dropping nothing else solves it

@@ -5,10 +5,11 @@ schema checks of real runs, loopback servers). `pytest -m "not slow and not inte
 no engine, no server, no large environment.
 
 Under pytest-xdist (`-n 2 --dist loadscope --no-loadscope-reorder`, as ./scripts/test.sh runs them on two cores or
-more) the tiers are two lanes: the scheduler below makes tests/integration/ one scope, so one worker takes it all (its
-module and session fixtures, the servers, stay in one process) and starts with it, while the other worker runs the
-unit modules, one module per scope. (xdist's own loadgroup cannot do this under pytest 9: it renames item._nodeid,
-which pytest 9 no longer reads.)"""
+more) the integration tests are two scopes, two lanes that start at once, one per worker: the image builds on a Debian base
+(IMAGE_LANE: they remove and load that base and build on it in turn) and the rest (the servers, whose session fixtures stay
+in one process, and the CUDA image on its Ubuntu base). The unit modules, one module per scope, follow on whichever worker is
+free first. tests/integration/conftest.py shares the tiny model and the Docker Engine between the two. (xdist's own loadgroup
+cannot do this under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)"""
 import os
 import sys
 from collections import Counter
@@ -24,6 +25,7 @@ SLOW = frozenset({
     "test_hardening_serving", "test_k8s", "test_matrix_loader", "test_matrix_mutations", "test_matrix_sweep",
     "test_schemas", "test_serving", "test_sweep_hardening",
 })
+IMAGE_LANE = frozenset({"test_engine_builds", "test_fastllm_image", "test_lock_roundtrip", "test_secret_builds", "test_serving_image"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -35,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
         elif Path(item.path).stem in SLOW:
             item.add_marker(pytest.mark.slow)
     # stable: modules stay together. One process: unit tests first, so a unit failure shows in minutes. An xdist
-    # worker: the integration scope first, so one worker starts on it at once while the other takes the unit modules.
+    # worker: the two integration scopes first, so both lanes start on them at once.
     lanes = hasattr(config, "workerinput")
     items.sort(key=lambda item: (item.get_closest_marker("integration") is None) == lanes)
 
@@ -49,7 +51,9 @@ def pytest_xdist_make_scheduler(config, log):
     class Lanes(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
-            return "tests/integration" if path.startswith("tests/integration/") else path
+            if not path.startswith("tests/integration/"):
+                return path
+            return "tests/integration: images" if Path(path).stem in IMAGE_LANE else "tests/integration: servers"
 
     return Lanes(config, log)
 

@@ -43,10 +43,8 @@ def sha256(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory):
+def cuda_build(tmp_path_factory, docker_engine):
     """bundle, then build --offline --export-wheels: (bundle dir, build document, export dir, build stderr)."""
-    assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0, \
-        "no Docker Engine answers: run ./scripts/test.sh (it starts one) or ./scripts/start-docker.sh"
     assert docker("image", "inspect", BASE).returncode == 0, \
         f"{BASE} is missing: ./scripts/make-base-image.sh {BASE} makes it"
     tmp = tmp_path_factory.mktemp("cuda")
@@ -66,7 +64,7 @@ def cuda_build(tmp_path_factory):
     finally:
         # the image is 8 GB and its build stage's layers as much again: leave the disk to the other engine tests
         docker("rmi", "-f", TAG)
-        docker("image", "prune", "-f")
+        docker_engine.prune()
         shutil.rmtree(bundle, ignore_errors=True)
 
 

@@ -30,14 +30,12 @@ def docker(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    p = docker("info", "--format", "{{.ServerVersion}}")
-    assert p.returncode == 0, "no Docker Engine answers: run ./scripts/test.sh (it starts one) or ./scripts/start-docker.sh"
+def engine(docker_engine):
     p = docker("image", "inspect", BASE)
     assert p.returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
     yield True
     # each rebuild leaves the previous envkit-built image untagged: drop those (about 1 GB each), keep the rest
-    docker("image", "prune", "-f", "--filter", "label=io.envkit.solution")
+    docker_engine.prune("label=io.envkit.solution")
 
 
 @pytest.fixture(scope="module")

@@ -53,8 +53,7 @@ def docker(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0, "no Docker Engine: ./scripts/start-docker.sh"
+def built(tmp_path_factory, docker_engine):
     out = tmp_path_factory.mktemp("fastllm-bundle") / "ctx"
     p = envkit("bundle", *STACK, "-o", str(out), "--json")
     assert p.returncode == 0, p.stderr[-3000:]

@@ -31,10 +31,8 @@ def docker(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def locked_bundle(tmp_path_factory):
+def locked_bundle(tmp_path_factory, docker_engine):
     """(lock file, bundle directory): made once for the module."""
-    assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0, \
-        "no Docker Engine answers: run ./scripts/test.sh (it starts one) or ./scripts/start-docker.sh"
     assert docker("image", "inspect", BASE).returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
     d = tmp_path_factory.mktemp("locked")
     lock = d / "envkit.lock.json"
@@ -48,7 +46,7 @@ def locked_bundle(tmp_path_factory):
     assert valid_json(b.stdout, "bundle")["ok"]
     yield lock, bundle
     docker("rmi", TAG)
-    docker("image", "prune", "-f", "--filter", "label=io.envkit.solution")
+    docker_engine.prune("label=io.envkit.solution")
 
 
 def test_the_lock_pins_every_wheel_torch_needs_and_the_base_image_by_its_id(locked_bundle):

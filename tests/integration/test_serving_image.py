@@ -38,9 +38,8 @@ def layers(ref: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served_image(tmp_path_factory, tiny_model):
+def served_image(tmp_path_factory, tiny_model, docker_engine):
     """(bundle dir, model dir, build document): the serving image built offline from its bundle."""
-    assert docker("info", "--format", "{{.ServerVersion}}").returncode == 0, "no Docker Engine answers: run ./scripts/test.sh"
     assert docker("image", "inspect", BASE).returncode == 0, f"{BASE} is missing: ./scripts/make-base-image.sh makes it"
     model, bundle = tiny_model, tmp_path_factory.mktemp("serve") / "bundle"
     p = envkit("bundle", *STACK, "--serve", str(model), *SERVE, "-o", str(bundle), "--json")
@@ -51,7 +50,7 @@ def served_image(tmp_path_factory, tiny_model):
     yield bundle, model, valid_json(b.stdout, "build")
     for ref in (TAG, f"{TAG}-args"):
         docker("rmi", "-f", ref)
-    docker("image", "prune", "-f")
+    docker_engine.prune()
 
 
 def test_the_bundle_carries_the_model_hashed_in_its_manifest(served_image):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-extract the primary sources behind matrix.toml's derived tables, then rewrite those tables.
 #   ./scripts/refresh-sources.sh /path/to/flash-attention-clone
-# Needs pypi.org (torch and vLLM wheels and sdists, read with HTTP range requests and cached in
+# Needs PyPI, pip's default index (torch and vLLM wheels and sdists, read with HTTP range requests and cached in
 # ~/.cache/envkit/sources) and a git clone of Dao-AILab/flash-attention with its tags. The
 # hand-collected extracts (torch: variants.json needs clones of pytorch/builder and
 # pytorch/test-infra, see data/sources/torch/README.md; release-notes.json, abi.json;

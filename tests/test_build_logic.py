@@ -63,8 +63,8 @@ def test_platform_tags_follow_the_target_glibc_not_the_host():
 
 def test_sdist_url_and_hash_from_a_pep503_page():
     html = '<a href="../../packages/ab/flash_attn-2.7.4.post1.tar.gz#sha256=' + "a" * 64 + '">flash_attn-2.7.4.post1.tar.gz</a>'
-    url, sha = find_in_simple_index(html, "https://pypi.org/simple/flash-attn/", "flash_attn-2.7.4.post1.tar.gz")
-    assert url == "https://pypi.org/packages/ab/flash_attn-2.7.4.post1.tar.gz" and sha == "a" * 64
+    url, sha = find_in_simple_index(html, "https://index.example/simple/flash-attn/", "flash_attn-2.7.4.post1.tar.gz")
+    assert url == "https://index.example/packages/ab/flash_attn-2.7.4.post1.tar.gz" and sha == "a" * 64
 
 
 def _deb(control: str, member: str = "control.tar.gz") -> bytes:

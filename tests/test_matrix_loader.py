@@ -347,7 +347,7 @@ def test_an_element_of_a_list_of_tables_is_reported_at_its_own_line() -> None:
 # ---------------------------------------------------------------- [[cuda]] toolkit_wheels (issue 15)
 
 TOOLKIT_WHEELS = json.loads((ROOT / "data" / "sources" / "nvidia" / "toolkit-wheels.json").read_text(encoding="utf-8"))
-NVVM_130 = 'name = "nvidia-nvvm", version = "13.0.88", source = "https://pypi.org/project/nvidia-nvvm/13.0.88/'
+NVVM_130 = 'name = "nvidia-nvvm", version = "13.0.88", source = "pkg:pypi/nvidia-nvvm@13.0.88'
 
 
 def test_toolkit_wheels_are_those_of_the_source_extract_release_by_release() -> None:
@@ -362,7 +362,7 @@ def test_toolkit_wheels_are_those_of_the_source_extract_release_by_release() -> 
         got = [(w.name, str(w.version)) for w in row.wheels]
         assert got == ([(w["name"], w["version"]) for w in want["wheels"]] if want else []), release
         for w in row.wheels:
-            assert w.source.startswith(f"https://pypi.org/project/{w.name}/{w.version}/ ")
+            assert w.source.startswith(f"pkg:pypi/{w.name}@{w.version} ")
             assert f"redistrib_{release}.json" in w.source
     for r in TOOLKIT_WHEELS["releases"]:
         assert r["redistrib"].endswith(f"/redistrib_{r['release']}.json") and r["read_from"].endswith(f"redistrib_{r['release']}.json")
@@ -380,18 +380,18 @@ TOOLKIT_WHEEL_MUTATIONS = [
     (NVVM_130, NVVM_130.replace("13.0.88", "13.5.37"), "nvidia-nvvm==13.5.37 is not of CUDA 13.0: each toolkit wheel is pinned to its release"),
     ('{ name = "nvidia-cuda-crt", version = "13.0.88"', '{ name = "nvidia-cuda-crt-cu13", version = "13.0.88"',
      "nvidia-cuda-crt-cu13 is not a CUDA 13 toolkit wheel name"),
-    ('{ name = "nvidia-cuda-nvcc-cu12", version = "12.8.93", source = "https://pypi.org/project/nvidia-cuda-nvcc-cu12/12.8.93/',
-     '{ name = "nvidia-cuda-nvcc", version = "12.8.93", source = "https://pypi.org/project/nvidia-cuda-nvcc/12.8.93/',
+    ('{ name = "nvidia-cuda-nvcc-cu12", version = "12.8.93", source = "pkg:pypi/nvidia-cuda-nvcc-cu12@12.8.93',
+     '{ name = "nvidia-cuda-nvcc", version = "12.8.93", source = "pkg:pypi/nvidia-cuda-nvcc@12.8.93',
      "nvidia-cuda-nvcc is not a CUDA 12 toolkit wheel name (they end in -cu12)"),
-    ('version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-runtime/13.0.88/',
-     'version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-runtime/13.0.96/',
-     "nvidia-cuda-runtime's source must give its PyPI page at that version"),
+    ('version = "13.0.88", source = "pkg:pypi/nvidia-cuda-runtime@13.0.88',
+     'version = "13.0.88", source = "pkg:pypi/nvidia-cuda-runtime@13.0.96',
+     "nvidia-cuda-runtime's source must give its PyPI release"),
     ('{ name = "nvidia-cuda-nvcc", version = "13.0.88"', '{ name = "nvidia-cuda-nvcc", version = "13.0.x"', "Invalid version: '13.0.x'"),
     ('{ name = "nvidia-cuda-nvcc", version = "13.0.88"', '{ name = "nvidia-cuda-nvcc", versio = "13.0.88"', "each toolkit wheel is {"),
-    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/',
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "pkg:pypi/nvidia-cuda-nvcc@13.0.88',
      '{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "pypi nvidia-cuda-nvcc 13.0.88', "source"),
-    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/',
-     '{ name = "nvidia-cuda-nvvm", version = "13.0.88", source = "https://pypi.org/project/nvidia-cuda-nvvm/13.0.88/',
+    ('{ name = "nvidia-cuda-nvcc", version = "13.0.88", source = "pkg:pypi/nvidia-cuda-nvcc@13.0.88',
+     '{ name = "nvidia-cuda-nvvm", version = "13.0.88", source = "pkg:pypi/nvidia-cuda-nvvm@13.0.88',
      "the toolkit wheels include nvidia-cuda-nvcc"),
 ]
 

@@ -170,13 +170,13 @@ def test_a_release_without_its_workflow_names_no_wheel() -> None:
     setup = {"python_requires": ">=3.9", "nvcc_floor": "11.7", "gencode": [{"arch": "8.0"}], "cuda_archs_default": None,
              "wheel_name": {"downloads": True, "format": "major", "remap": []}, "platform": "linux_{machine}", "rocm_archs": None}
     doc = {"pypi_version": "2.8.3.post2", "git": None,
-           "sdist": {"url": "https://files.pythonhosted.org/x.tar.gz", "sha256": "ab", "setup": setup,
+           "sdist": {"filename": "flash_attn-2.8.3.post2.tar.gz", "sha256": "ab", "setup": setup,
                      "readme": {"torch_min": "2.2", "rocm_min": None},
                      "kernels": {"layer_norm": {"dir": True, "setup_py": True}, "rotary": {"dir": False, "setup_py": False}}}}
     row = d.derive_row(doc)
     assert row["wheel_set"] == "unknown" and "wheels" not in row
     assert row["kernels"] == ["layer_norm"] and row["kernel_setup_py"] is True
-    assert row["source"] == "https://files.pythonhosted.org/x.tar.gz#sha256=ab"
+    assert row["source"] == "pkg:pypi/flash-attn@2.8.3.post2?checksum=sha256:ab&file_name=flash_attn-2.8.3.post2.tar.gz"
 
 
 def test_shipped_matrix_matches_the_committed_extracts() -> None:

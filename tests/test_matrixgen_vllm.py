@@ -411,7 +411,7 @@ def test_wheel_python(rp, wheels, expected):
 
 def _file(name: str, yanked: bool = False) -> dict[str, Any]:
     return {"filename": name, "sha256": "cd" * 32, "size": 1, "upload_time": "2026-05-01T00:00:00Z",
-            "url": f"https://files.example/{name}", "yanked": yanked}
+            "url": f"pkg:pypi/vllm?file_name={name}", "yanked": yanked}
 
 
 def test_linux_wheels_by_machine_highest_build_tag_first():
@@ -422,7 +422,7 @@ def test_linux_wheels_by_machine_highest_build_tag_first():
         ["vllm-0.20.1-1-cp38-abi3-manylinux_2_35_aarch64.whl", "vllm-0.20.1-cp38-abi3-manylinux_2_35_aarch64.whl"]
     assert [f["filename"] for f in dv.linux_wheels(files, "x86_64")] == ["vllm-0.20.1-cp38-abi3-manylinux_2_35_x86_64.whl"]
     names, cites = dv.aarch64_wheels({"files": files})
-    assert names[0].startswith("vllm-0.20.1-1-") and cites[0] == f"https://files.example/{names[0]}#sha256={'cd' * 32}"
+    assert names[0].startswith("vllm-0.20.1-1-") and cites[0] == f"pkg:pypi/vllm@0.20.1?checksum=sha256:{'cd' * 32}&file_name={names[0]}"
     assert dv.aarch64_wheels(None) == ([], [])
 
 
@@ -441,7 +441,7 @@ def test_derive_row_machines_from_the_pypi_files():
     row = _derived_row([x86, arm, _file("vllm-0.11.0.tar.gz")])
     assert row["machines"] == ["x86_64", "aarch64"]
     assert row["aarch64_wheels"] == [arm["filename"]]
-    assert row["aarch64_source"] == f"{arm['url']}#sha256={arm['sha256']}"
+    assert row["aarch64_source"] == f"pkg:pypi/vllm@0.11.0?checksum=sha256:{arm['sha256']}&file_name={arm['filename']}"
     assert row["wheels"] == [x86["filename"]]  # the x86_64 wheels, unchanged
     assert list(row)[-1] == "source"
 

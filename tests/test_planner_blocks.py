@@ -452,7 +452,7 @@ def test_every_offline_variable_names_the_code_that_reads_it():
     from envkit.model.serving import OFFLINE_ENV
 
     assert {e.name for e in OFFLINE_ENV} >= {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK"}
-    assert all(re.search(r"#sha256=[0-9a-f]{64} \(", e.source) and "line" in e.source for e in OFFLINE_ENV)
+    assert all(re.search(r"\?checksum=sha256:[0-9a-f]{64}&file_name=\S+\.whl \(", e.source) and "line" in e.source for e in OFFLINE_ENV)
 
 
 @pytest.mark.parametrize("flags, args, says", [

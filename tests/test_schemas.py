@@ -132,7 +132,7 @@ def test_resolve_document_carries_the_toolkit_wheels_pinned_to_the_release():
     wheels = doc["solution"]["toolkit"]["wheels"]
     assert {w["pin"] for w in wheels} == {"nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime==13.0.88", "nvidia-cuda-cccl==13.0.85",
                                           "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88"}
-    assert all(w["source"].startswith(f"https://pypi.org/project/{w['name']}/{w['version']}/") for w in wheels)
+    assert all(w["source"].startswith(f"pkg:pypi/{w['name']}@{w['version']} ") for w in wheels)
     validate(doc["solution"], "solution")
     for why, change in (("a wheel without its pin", lambda w: w.pop("pin")), ("an unknown key", lambda w: w.update(sha="x")),
                         ("a source that is not its PyPI page", lambda w: w.update(source="pip install")),

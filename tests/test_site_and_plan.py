@@ -136,7 +136,7 @@ def test_check_offline_names_the_step_that_reaches_a_url():
         check_offline("# syntax=docker/dockerfile:1\nFROM x\n")
     with pytest.raises(InputError, match=r"step `build-x` reaches http://evil.example/x"):
         check_offline("FROM x\n\n# [build-x] x: y\nADD http://evil.example/x /x\n")
-    check_offline('FROM x\nLABEL io.envkit.solution="{\\"source\\":\\"https://pypi.org\\"}"\n')  # a URL in a label reaches nothing
+    check_offline('FROM x\nLABEL io.envkit.solution="{\\"source\\":\\"https://index.example\\"}"\n')  # a URL in a label reaches nothing
 
 
 def test_vllm_on_rocm_is_refused_with_an_alternative():

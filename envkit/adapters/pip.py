@@ -3,6 +3,7 @@ reporter, or a target's log under build --all), and a failure as one ExternalErr
 a wheel refused by --require-hashes is named with the sha256 the lock pins and the one it has."""
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -43,6 +44,21 @@ def host_sources() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return where_from(p.stdout) if p.returncode == 0 else ()
+
+
+@functools.lru_cache(maxsize=1)
+def default_index() -> str:
+    """pip's own default index (its PEP 503 simple URL), asked of this Python's pip: where a PyPI purl is looked up
+    when the site file names no pip index, so that envkit never spells the registry's host itself."""
+    code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        p = None
+    url = p.stdout.strip() if p is not None and p.returncode == 0 else ""
+    if not url.startswith(("https://", "http://")):
+        raise ExternalError(f"{sys.executable}'s pip does not say its default index", "name the pip index in a site file ([pip] index_url)")
+    return url
 
 
 class Mismatch(NamedTuple):

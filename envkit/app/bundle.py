@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Union
 
+from packaging.utils import canonicalize_name
+
 from envkit.adapters import pip
 from envkit.adapters.bundle_dir import MANIFEST, OldManifest, image_reusable, read_manifest, recheck, remove_doomed, verify, write_manifest
 from envkit.adapters.context_dir import write_tree
 from envkit.adapters.engine import ContainerEngine, Engine
-from envkit.adapters.fetch import download, get_text
+from envkit.adapters.fetch import download, get_text, sha256_file
 from envkit.app.generate import Generated, generate_pip
 from envkit.app.lock import check_engine_images, context_lock, ensure_image, fetch_locked_wheels, holds_lock, require_pinned, stage_images
 from envkit.app.reporter import Reporter, Silent, Tick
@@ -26,6 +28,7 @@ from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import OsRelease
 from envkit.model.plan import BuildPlan, Options, ToolkitSource
+from envkit.model.purl import PyPIRef, parse_pypi
 from envkit.model.solution import Unsolved
 
 Say = Callable[[str], None]
@@ -46,10 +49,16 @@ def _image_file(ref: str) -> str:
     return "images/" + re.sub(r"[^A-Za-z0-9_.-]+", "_", ref) + ".tar"
 
 
-def _sdist_url(plan: BuildPlan, filename: str, project: str) -> tuple[str, Optional[str]]:
-    index = plan.site.pip_index or "https://pypi.org/simple"
-    page = f"{index.rstrip('/')}/{project}/"
-    return find_in_simple_index(get_text(page, "index page"), page, filename)
+def _index_page(plan: BuildPlan, project: str) -> str:
+    """The PEP 503 page of a project on the site's pip index, else on pip's own default index (through the site's rewrite)."""
+    page = f"{(plan.site.pip_index or pip.default_index()).rstrip('/')}/{canonicalize_name(project)}/"
+    return (plan.site.rewrite(page) or page) if plan.site.given and not plan.site.pip_index else page
+
+
+def _listed_file(plan: BuildPlan, filename: str, project: str) -> tuple[str, Optional[str]]:
+    page = _index_page(plan, project)
+    url, sha = find_in_simple_index(get_text(page, "index page"), page, filename)
+    return ((plan.site.rewrite(url) or url) if plan.site.given else url), sha
 
 
 def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
@@ -60,7 +69,7 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         name = item.path.split("/", 1)[1]
         dest = out / item.path
         if name.startswith("flash_attn-"):
-            url, sha = _sdist_url(plan, name, "flash-attn")
+            url, sha = _listed_file(plan, name, "flash-attn")
         else:  # CPython's tarball, fastllm's tag archive: where the plan says it comes from, through the site's rewrite
             url, sha = item.origin, None
             if plan.site.given:
@@ -71,21 +80,29 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         say(f"{'fetched' if fetched else 'have'} {item.path}" + (" (sha256 verified)" if sha else ""))
 
 
-def _pypi_file(origin: str) -> bool:
-    return origin.startswith("https://files.pythonhosted.org/") and "#sha256=" in origin
+def _pypi_file(origin: str) -> Optional[PyPIRef]:
+    """The PyPI file a carried item's origin names by purl with its file name and sha256, or None."""
+    ref = parse_pypi(origin) if origin.startswith("pkg:pypi/") else None
+    return ref if ref is not None and ref.file_name and ref.sha256 else None
 
 
 def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
                      progress_factory: Callable[[str], ContextManager[Tick]]) -> None:
     """Carried wheels that PyPI serves by file (a package installed without its dependencies), each checked by sha256."""
     for item in plan.carried:
-        if not item.path.startswith("wheelhouse/") or not _pypi_file(item.origin):
+        ref = _pypi_file(item.origin) if item.path.startswith("wheelhouse/") else None
+        if ref is None or ref.file_name is None:
             continue
-        url, sha = item.origin.split("#sha256=", 1)
-        if plan.site.given:
-            url = plan.site.rewrite(url) or url
-        with progress_factory(item.path) as tick:
-            fetched = download(url, out / item.path, sha256=sha, progress=tick)
+        dest = out / item.path
+        if dest.is_file() and sha256_file(dest) == ref.sha256:
+            fetched = False
+        else:
+            url, listed = _listed_file(plan, ref.file_name, ref.name)
+            if listed is not None and listed != ref.sha256:
+                raise ExternalError(f"the index lists {ref.file_name} with sha256 {listed}, not the {ref.sha256} of {item.origin}",
+                                    "check that the site's pip index mirrors PyPI's file, not a rebuilt one")
+            with progress_factory(item.path) as tick:
+                fetched = download(url, dest, sha256=ref.sha256, progress=tick)
         (report.downloaded if fetched else report.reused).append(item.path)
         say(f"{'fetched' if fetched else 'have'} {item.path} (sha256 verified)")
 

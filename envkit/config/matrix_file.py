@@ -492,7 +492,7 @@ _TOOLKIT_WHEEL_KEYS = {"name", "version", "source"}
 def _toolkit_wheel(w: Any) -> ToolkitWheel:
     if not isinstance(w, dict) or set(w) != _TOOLKIT_WHEEL_KEYS:
         raise ValueError('each toolkit wheel is { name = "nvidia-cuda-nvcc", version = "13.0.88", '
-                         'source = "https://pypi.org/project/nvidia-cuda-nvcc/13.0.88/ ..." }')
+                         'source = "pkg:pypi/nvidia-cuda-nvcc@13.0.88 ..." }')
     return ToolkitWheel(name=_str_field(w, "name", r"[a-z0-9][a-z0-9-]*", "nvidia-cuda-nvcc"),
                         version=Version(_str_field(w, "version")), source=_source(w["source"]))
 
@@ -674,7 +674,7 @@ def _vllm_cpu(c: Any) -> VllmCpu:
     except InvalidSpecifier as exc:
         raise ValueError(f"not a version specifier: {exc}") from None
     return VllmCpu(package=package, torch=torch, python=python, wheel=wheel, remove=tuple(remove), apt=tuple(apt), jit_apt=tuple(jit_apt),
-                   source=_str_field(c, "source", r"https://\S.*"))
+                   source=_str_field(c, "source", r"(https://|pkg:)\S.*"))
 
 
 def _vllm_builds(key: str) -> Callable[[list], tuple[VllmBuild, ...]]:

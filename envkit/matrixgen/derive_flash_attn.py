@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 from packaging.version import Version
 
+from ..model.purl import pypi_file
+
 KERNELS = ("layer_norm", "rotary")
 
 
@@ -160,7 +162,7 @@ def derive_row(doc: dict[str, Any]) -> dict[str, Any]:
         r = git["readme"]["file"]
         sources.append(f"{r['url']}#L{git['readme']['torch_line']}" if git["readme"].get("torch_line") else r["url"])
     if sdist:
-        sources.append(f"{sdist['url']}#sha256={sdist['sha256']}")
+        sources.append(pypi_file(sdist["filename"], sdist["sha256"]))
     row["source"] = "; ".join(sources)
     return row
 

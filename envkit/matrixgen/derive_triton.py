@@ -127,10 +127,10 @@ def derive_trtllm(docs: dict[str, Any]) -> list[dict[str, Any]]:
             if extra:
                 raise ValueError(f"trtllm {r.get('version')}: unknown keys {sorted(extra)}")
             row = {k: r[k] for k in _TRTLLM_KEYS if k in r and r[k] not in ("", [])}
-            first = re.search(r"https://\S+?(?=[;,)]?(\s|$))", row["source"])
+            first = re.search(r"(?:https://|pkg:)\S+?(?=[;,)]?(\s|$))", row["source"])
             if first is None:
-                raise ValueError(f"trtllm {r.get('version')}: its source names no URL")
-            if not row["source"].startswith("https://"):  # the matrix's rule: a source starts with its URL
+                raise ValueError(f"trtllm {r.get('version')}: its source names no URL or purl")
+            if not row["source"].startswith(("https://", "pkg:")):  # the matrix's rule: a source starts with its URL or purl
                 row["source"] = f"{first.group(0)} ({row['source']})"
             rows.append(row)
     return sorted(rows, key=lambda x: tuple(int(p) for p in x["version"].split(".")), reverse=True)

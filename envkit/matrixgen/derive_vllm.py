@@ -20,6 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from ..model.purl import pypi_file
 from . import vllm_source
 from .vllm_deps import applies
 
@@ -215,9 +216,9 @@ def linux_wheels(files: list[dict[str, Any]], machine: str) -> list[dict[str, An
 
 
 def aarch64_wheels(e: Optional[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """(filenames, url#sha256 citations) of the release's Linux aarch64 wheels on PyPI."""
+    """(filenames, purls with their sha256) of the release's Linux aarch64 wheels on PyPI."""
     ws = linux_wheels((e or {}).get("files") or [], "aarch64")
-    return [f["filename"] for f in ws], [f"{f['url']}#sha256={f['sha256']}" for f in ws]
+    return [f["filename"] for f in ws], [pypi_file(f["filename"], f["sha256"]) for f in ws]
 
 
 def derive_row(r: dict[str, Any], docs_variants: dict[str, Any], e: Optional[dict[str, Any]] = None,

@@ -428,7 +428,7 @@ def extract_sdist(version: str, fs: list[pypi.PyPIFile]) -> Optional[dict[str, A
         under = [n[len("hopper/"):] for n in names if n.startswith("hopper/")]
         hopper.update(fk.hopper_facts(hopper_setup.decode("utf-8", "replace"), under))
     return {
-        "filename": f.filename, "sha256": f.sha256, "url": f.url, "upload_time": f.upload_time,
+        "filename": f.filename, "sha256": f.sha256, "url": f.purl, "upload_time": f.upload_time,
         "kernels": {k: {"dir": any(n.startswith(f"csrc/{k}/") for n in names), "setup_py": f"csrc/{k}/setup.py" in names}
                     for k in KERNEL_DIRS},
         "setup": None if setup_text is None else parse_setup(setup_text),
@@ -453,7 +453,7 @@ def extract_all(repo: Path, out_dir: Path, say=lambda s: print(s, file=sys.stder
             continue
         say(f"flash-attn {version}")
         doc: dict[str, Any] = {"pypi_version": version, "pypi_files": [
-            {"filename": f.filename, "sha256": f.sha256, "url": f.url, "yanked": f.yanked} for f in by_version[version]]}
+            {"filename": f.filename, "sha256": f.sha256, "url": f.purl, "yanked": f.yanked} for f in by_version[version]]}
         tag = tags.get(version)
         if tag is None:
             doc["git"] = None

@@ -19,10 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..adapters.pip import default_index
 from ..errors import ExternalError
+from ..model.purl import pypi_file
 
-SIMPLE = "https://pypi.org/simple/{name}/"
-JSON_API = "https://pypi.org/pypi/{name}/json"
+
+def _simple(name: str) -> str:
+    """A project's page on pip's own default index (PEP 691 JSON when asked for it)."""
+    return f"{default_index().rstrip('/')}/{name}/"
+
+
+def _json_api(name: str) -> str:
+    """The index's JSON API, beside its simple pages (/simple/NAME/ and /pypi/NAME/json)."""
+    return f"{default_index().rstrip('/').rsplit('/', 1)[0]}/pypi/{name}/json"
 
 
 @dataclass(frozen=True)
@@ -36,9 +45,14 @@ class PyPIFile:
     yanked: bool
 
     @property
+    def purl(self) -> str:
+        """The file's purl, by its name."""
+        return pypi_file(self.filename)
+
+    @property
     def citation(self) -> str:
-        """A stable public URL naming exactly this file (its sha256 fixes its content)."""
-        return f"{self.url}#sha256={self.sha256}"
+        """The file's purl with its sha256, which fixes its content."""
+        return pypi_file(self.filename, self.sha256)
 
 
 def cache_dir() -> Path:
@@ -53,7 +67,7 @@ def _session():
     import requests
 
     s = requests.Session()
-    s.headers["User-Agent"] = "envkit-matrix-refresh (https://pypi.org/simple)"
+    s.headers["User-Agent"] = "envkit-matrix-refresh"
     return s
 
 
@@ -75,7 +89,7 @@ def _get(url: str, **kw):
 
 def files(name: str) -> list[PyPIFile]:
     """Every file PyPI lists for a project (PEP 691 JSON simple index)."""
-    r = _get(SIMPLE.format(name=name), headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    r = _get(_simple(name), headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     out = []
     for f in r.json()["files"]:
         out.append(PyPIFile(
@@ -89,7 +103,7 @@ def files(name: str) -> list[PyPIFile]:
 
 def release_times(name: str) -> dict[str, str]:
     """version -> the first upload time (the JSON API; the simple index has no versions)."""
-    data = _get(JSON_API.format(name=name)).json()
+    data = _get(_json_api(name)).json()
     out = {}
     for v, fs in data["releases"].items():
         times = sorted(f["upload_time_iso_8601"] for f in fs)

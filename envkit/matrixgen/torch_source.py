@@ -44,6 +44,7 @@ from typing import Any, Iterable, Optional
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from ..model import purl
 from . import pypi
 from .gitrepo import git, git_ok
 
@@ -268,7 +269,7 @@ def measure_wheel(f: pypi.PyPIFile) -> dict[str, Any]:
     cfg = pypi.wheel_member(f, TORCH_CONFIG).decode("utf-8", "replace") if TORCH_CONFIG in members else None
     abi = cxx11abi_from(cfg, elf_dynamic_names(lib))
     return {
-        "wheel": {"filename": f.filename, "url": f.url, "sha256": f.sha256, "citation": f.citation},
+        "wheel": {"filename": f.filename, "url": f.purl, "sha256": f.sha256, "citation": f.citation},
         "metadata": {
             "Requires-Python": meta["Requires-Python"][0] if meta.get("Requires-Python") else None,
             "requires_dist_cuda": cuda_requirements(reqs),
@@ -286,7 +287,7 @@ def measure_wheel(f: pypi.PyPIFile) -> dict[str, Any]:
 
 
 def _file_records(wheels: list[pypi.PyPIFile]) -> list[dict[str, Any]]:
-    return [{"filename": f.filename, "url": f.url, "sha256": f.sha256, "size": f.size,
+    return [{"filename": f.filename, "url": f.purl, "sha256": f.sha256, "size": f.size,
              "upload_time": f.upload_time, "yanked": f.yanked, **_tags(f.filename)} for f in wheels]
 
 
@@ -307,7 +308,7 @@ def extract(version: str, fs: Optional[list[pypi.PyPIFile]] = None) -> dict[str,
     return {
         "package": PYPI_NAME,
         "version": version,
-        "index": pypi.SIMPLE.format(name=PYPI_NAME),
+        "index": purl.pypi(PYPI_NAME),
         "linux_x86_64_wheels": _file_records(wheels),
         "measured": measured,
         # The same for Linux aarch64: every wheel, and one measured per build tag (its METADATA's nvidia-*

@@ -15,6 +15,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from ..model import purl
 from . import pypi
 
 LINUX_X86 = {"platform_machine": "x86_64", "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
@@ -97,7 +98,7 @@ def extract(out: Path, say=lambda s: print(s, file=sys.stderr, flush=True)) -> d
             if not wheels and files:  # an sdist only: pip builds it for any Python
                 tags["pure"] = True
             deps[key] = {"wheels": len(wheels), "on_pypi": bool(files), **tags,
-                         "source": f"https://pypi.org/simple/{name}/ ({v})"}
+                         "source": f"{purl.pypi(name)} ({v})"}
     doc = {"about": "exact pins of each vLLM wheel (Linux x86_64) and the Pythons the pinned releases publish wheels for",
            "releases": releases, "deps": deps}
     out.write_text(pypi.dump(doc), encoding="utf-8")

@@ -580,7 +580,7 @@ TOOLKIT_PATH = re.compile(rb"[ -~]{0,40}/cuda-(\d+\.\d+)/(?:include|bin|lib64|li
 # ---------------------------------------------------------------- PyPI files
 
 def _file_entry(f: pypi.PyPIFile) -> dict[str, Any]:
-    return {"filename": f.filename, "sha256": f.sha256, "url": f.url, "yanked": f.yanked, "size": f.size,
+    return {"filename": f.filename, "sha256": f.sha256, "url": f.purl, "yanked": f.yanked, "size": f.size,
             "upload_time": f.upload_time}
 
 

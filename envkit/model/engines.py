@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from envkit.errors import InputError
 from envkit.model.matrix import CC, Driver, Gpu
+from envkit.model.purl import parse_pypi
 
 NGC = "nvcr.io/nvidia"
 CARRIED_ENSEMBLES = (Version("0.8.0"), Version("0.14.0"), Version("0.19.0"))
@@ -327,9 +328,10 @@ class Ftllm:
 
     @property
     def wheel_url(self) -> Optional[str]:
-        """The wheel's PyPI file URL, as the row's source names it first (with its #sha256=)."""
+        """The wheel's PyPI purl with its file name and sha256, as the row's source names it first."""
         first = self.source.split()[0] if self.source else ""
-        return first if first.startswith("https://files.pythonhosted.org/") and first.split("#")[0].endswith(self.wheel) else None
+        ref = parse_pypi(first) if first.startswith("pkg:pypi/") else None
+        return first if ref is not None and ref.file_name == self.wheel and ref.sha256 else None
 
 
 @dataclass(frozen=True)
@@ -432,7 +434,7 @@ class EnginePackages:
     find_links: Optional[str] = None  # an extra find-links page (Paddle's stable.html)
     server: tuple[str, ...] = ()  # the server's command line in the image, where the engine has one
     no_deps: tuple[str, ...] = ()  # installed after `packages` without their declared dependencies (a measured set instead)
-    wheel_url: Optional[str] = None  # the no-deps package's PyPI file (#sha256=...), carried into an offline bundle
+    wheel_url: Optional[str] = None  # the no-deps package's PyPI file (a purl with file_name and checksum), carried offline
     build: Optional[FtllmSource] = None  # --engine-build source: compiled from this tag instead of installed from a wheel
     cuda_arch: Optional[str] = None  # its -DCUDA_ARCH ("90"): the GPU's, or the newest the stack's nvcc knows that runs there
 

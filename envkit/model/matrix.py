@@ -12,6 +12,8 @@ from typing import Any, Iterable, Mapping, Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from envkit.model.purl import pypi
+
 PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
 
 MACHINES = ("x86_64", "aarch64")
@@ -143,8 +145,8 @@ class CudaToolkit:
                        + (f"they end in {suffix})" if suffix else "CUDA 13 on, the names carry no -cuNN suffix)")
             if w.version.release[:2] != self.version.release[:2]:
                 return f"{w.pin} is not of CUDA {self.version}: each toolkit wheel is pinned to its release"
-            if f"https://pypi.org/project/{w.name}/{w.version}/" not in w.source:
-                return f"{w.name}'s source must give its PyPI page at that version, https://pypi.org/project/{w.name}/{w.version}/"
+            if not re.search(rf"{re.escape(pypi(w.name, str(w.version)))}(?![^\s?#;,)])", w.source):
+                return f"{w.name}'s source must give its PyPI release, {pypi(w.name, str(w.version))}"
         if len(set(names)) != len(names):
             return "a toolkit wheel is listed twice"
         if f"nvidia-cuda-nvcc{suffix}" not in names:

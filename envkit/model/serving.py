@@ -28,7 +28,7 @@ class OfflineEnv:
 def _load() -> tuple[OfflineEnv, ...]:
     doc = tomllib.loads(SERVING_TOML.read_text(encoding="utf-8"))
     out = tuple(OfflineEnv(e["name"], e["value"], e["why"], e["source"]) for e in doc["env"])
-    assert all(e.source.startswith("https://") for e in out), "every serving.toml variable names its source"
+    assert all(e.source.startswith(("https://", "pkg:")) for e in out), "every serving.toml variable names its source"
     return out
 
 

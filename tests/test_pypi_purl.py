@@ -1,0 +1,126 @@
+"""PyPI facts cited as purls (issue 30: no registry host name in the repository), and the bundle fetching a carried PyPI file
+named by its purl: looked up on the site's pip index (a real PEP 503 index on loopback here) or on pip's own default one,
+its sha256 checked against the purl's."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import subprocess
+import sys
+import zipfile
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from envkit.adapters import pip
+from envkit.app import bundle
+from envkit.app.generate import generate
+from envkit.errors import ExternalError
+from envkit.model.flags import ResolveFlags
+from envkit.model.plan import Carried, Options
+from envkit.model.purl import PyPIRef, parse_pypi, pypi, pypi_file
+from servers import serve, write_simple_index
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("args, want", [
+    (("torch",), "pkg:pypi/torch"),
+    (("Flash_Attn", "2.7.4.post1"), "pkg:pypi/flash-attn@2.7.4.post1"),
+    (("torch", "2.5.1+cu118"), "pkg:pypi/torch@2.5.1%2Bcu118"),
+])
+def test_a_release_purl_has_the_normalized_name_and_the_version_percent_encoded(args, want):
+    assert pypi(*args) == want
+    ref = parse_pypi(f"see {want} (its files)")
+    assert ref is not None and ref.version == (args[1] if len(args) > 1 else None)
+
+
+@pytest.mark.parametrize("file_name, name, version", [
+    ("huggingface_hub-2.4.0-py3-none-any.whl", "huggingface-hub", "2.4.0"),
+    ("flash_attn-2.8.3.post2.tar.gz", "flash-attn", "2.8.3.post2"),
+    ("vllm-0.20.1-1-cp38-abi3-manylinux_2_35_aarch64.whl", "vllm", "0.20.1"),
+])
+def test_a_file_purl_carries_its_name_and_sha256_and_reads_back(file_name, name, version):
+    sha = "ab" * 32
+    text = pypi_file(file_name, sha)
+    assert text == f"pkg:pypi/{name}@{version}?checksum=sha256:{sha}&file_name={file_name}"
+    assert parse_pypi(text + " (METADATA)") == PyPIRef(name, version, file_name, sha)
+
+
+def test_a_name_that_is_no_distribution_file_is_refused():
+    with pytest.raises(ValueError, match="not a wheel's or an sdist's file name"):
+        pypi_file("README.md")
+
+
+def test_pips_default_index_is_what_pip_itself_says():
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "--help"], capture_output=True, text=True, timeout=120)
+    assert pip.default_index() in p.stdout  # pip's help names its default --index-url
+
+
+def _index_server(root: Path):
+    """A PEP 503 index served from root (a project's page is its index.html), with the paths asked, in order."""
+    seen: list[str] = []
+
+    class Index(SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            seen.append(self.path)
+            super().do_GET()
+
+    return serve(functools.partial(Index, directory=str(root))), seen
+
+
+def _stand_in_wheel(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    w = d / "ftllm-1.9.0-py3-none-manylinux_2_31_x86_64.whl"
+    with zipfile.ZipFile(w, "w") as z:
+        z.writestr("ftllm/__init__.py", "")
+    return w
+
+
+def _offline_fastllm_plan(index: str):
+    g = generate(ResolveFlags.from_mapping({"platform": "cpu", "torch": "2.13.0", "engine": "fastllm"}), opts=Options(offline=True))
+    item = next(c for c in g.plan.carried if c.path.startswith("wheelhouse/ftllm-"))
+    assert item.origin.startswith("pkg:pypi/ftllm@1.9.0?checksum=sha256:")  # the matrix's purl, no file URL
+    site = dataclasses.replace(g.plan.site, path="site.toml", pip_index=index)
+    return g.plan, item, site
+
+
+def _fetch(plan, out: Path) -> bundle.BundleReport:
+    report = bundle.BundleReport(out)
+    bundle.fetch_pypi_files(plan, out, report, lambda _line: None, lambda _name: contextlib.nullcontext(lambda *_a: None))
+    return report
+
+
+def test_the_bundle_fetches_a_carried_pypi_file_from_the_sites_index_by_its_purl_and_checks_its_sha256(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    wheel = _stand_in_wheel(tmp_path / "wheels")
+    write_simple_index(wheel.parent, tmp_path / "index")
+    server_, seen = _index_server(tmp_path / "index")
+    with server_ as server:
+        index = f"http://127.0.0.1:{server.server_port}/simple"
+        plan, item, site = _offline_fastllm_plan(index)
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        ours = Carried(item.path, item.what, pypi_file(wheel.name, sha))
+        plan = dataclasses.replace(plan, site=site, carried=tuple(ours if c is item else c for c in plan.carried))
+        out = tmp_path / "bundle"
+        assert _fetch(plan, out).downloaded == [item.path]
+        assert hashlib.sha256((out / item.path).read_bytes()).hexdigest() == sha
+        assert _fetch(plan, out).reused == [item.path]  # a verified file: nothing asked again
+    assert seen == ["/simple/ftllm/", f"/files/{wheel.name}"]
+
+
+def test_an_index_listing_the_file_with_another_sha256_is_refused_before_the_download(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    write_simple_index(_stand_in_wheel(tmp_path / "wheels").parent, tmp_path / "index")
+    server_, seen = _index_server(tmp_path / "index")
+    with server_ as server:
+        plan, item, site = _offline_fastllm_plan(f"http://127.0.0.1:{server.server_port}/simple")
+        with pytest.raises(ExternalError, match="the index lists ftllm-1.9.0-py3-none-manylinux_2_31_x86_64.whl with sha256 .*, not the"):
+            _fetch(dataclasses.replace(plan, site=site), tmp_path / "bundle")
+    assert seen == ["/simple/ftllm/"] and not (tmp_path / "bundle" / item.path).exists()

@@ -237,6 +237,15 @@ class TorchBuild:
     def runs_on_cc(self, gpu: CC) -> bool:
         return runs_on(self.ccs, self.ptx, gpu)
 
+    def targets(self, gpu: Gpu, cc: Optional[CC]) -> bool:
+        """Whether this build can run on the GPU: a CUDA build whose stated arch list runs its compute capability (any, where
+        the GPU's is unknown), a ROCm build whose arch list has its gfx arch, a DTK build on a DCU; no other platform's GPU."""
+        if gpu.platform != self.platform:
+            return False
+        if self.platform == "cuda":
+            return cc is None or (self.archs_known and self.runs_on_cc(cc))
+        return self.platform != "rocm" or gpu.arch in self.archs
+
 
 @dataclass(frozen=True)
 class Rocm:

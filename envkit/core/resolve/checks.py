@@ -86,12 +86,12 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
     elif g is not None and b.platform in ("cuda", "rocm") and not b.archs_known:
         out.append(Conflict("torch.gpu-arch", f"no source envkit holds states which GPU archs torch {b.pin} was built for, so it is not "
                             f"given for {_gpu_label(g)}",
-                            _torch_arch_fix(c, c.gpu_cc) if c.gpu_cc else "pick a torch build whose arch list is known", b.source))
+                            _torch_arch_fix(c, g, c.gpu_cc) if c.gpu_cc else "pick a torch build whose arch list is known", b.source))
     elif g is not None and b.platform == "cuda" and c.gpu_cc and not b.runs_on_cc(c.gpu_cc):
         out.append(Conflict("torch.gpu-arch",
                             f"torch {b.pin} has no kernels for {c.gpu_cc.sm} ({_gpu_label(g)}); it was built for {', '.join(b.archs)}"
                             + (f"+PTX {b.ptx}" if b.ptx else ""),
-                            _torch_arch_fix(c, c.gpu_cc), b.source))
+                            _torch_arch_fix(c, g, c.gpu_cc), b.source))
     elif g is not None and b.platform == "rocm" and g.arch not in b.archs:
         out.append(Conflict("torch.gpu-arch", f"torch {b.pin} is not built for {g.arch} ({g.name}); it targets {', '.join(b.archs)}",
                             _rocm_arch_fix(c, g), b.source))
@@ -141,8 +141,8 @@ def _nearest_cuda(variants: list[str], want: Version) -> str:
     return str(pick)
 
 
-def _torch_arch_fix(c: Ctx, cc: CC) -> str:
-    fits = [b for b in c.m.torch if b.platform == "cuda" and b.archs_known and b.runs_on_cc(cc)]
+def _torch_arch_fix(c: Ctx, g: Gpu, cc: CC) -> str:
+    fits = [b for b in c.m.torch if b.platform == "cuda" and b.targets(g, cc)]
     if not fits:
         return f"no torch build in the matrix runs on {cc.sm}"
     newest = max(fits, key=lambda b: (b.version, b.toolkit))
@@ -154,7 +154,7 @@ def _torch_arch_fix(c: Ctx, cc: CC) -> str:
 def _rocm_arch_fix(c: Ctx, g: Gpu) -> str:
     if g.vendor == "hygon":
         return "pick a ROCm torch whose arch list has this GPU (Hygon DCUs need the DTK builds: --platform dtk)"
-    if not any(b.platform == "rocm" and g.arch in b.archs for b in c.m.torch):
+    if not any(b.platform == "rocm" and b.targets(g, None) for b in c.m.torch):
         return f"no ROCm torch build in the matrix targets {g.arch}: use a GPU of an arch torch builds for"
     return "pick a ROCm torch whose arch list has this GPU"
 

@@ -386,12 +386,7 @@ def _release_fixes(c: Ctx, conflicts: list[Conflict]) -> list[Conflict]:
 
 def _may_run(c: Ctx, b: TorchBuild) -> bool:
     """A build that cannot run on the GPU fails the same check again: not worth resolving."""
-    g = c.q.gpu
-    if g is None or b.platform != g.platform:
-        return g is None
-    if b.platform == "cuda":
-        return c.gpu_cc is None or (b.archs_known and b.runs_on_cc(c.gpu_cc))
-    return b.platform != "rocm" or g.arch in b.archs
+    return c.q.gpu is None or b.targets(c.q.gpu, c.gpu_cc)
 
 
 def _pinned(q: Query, key: str, value: str, **fields: object) -> Query:

@@ -7,12 +7,14 @@ import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envkit.model.purl import pypi
+
+T = TypeVar("T")
 
 PLATFORMS = ("cuda", "rocm", "dtk", "cpu")
 
@@ -504,6 +506,14 @@ class MatrixIndex:
     admitted: Mapping[int, tuple[frozenset[Version], frozenset[Version]]]  # id(spec) -> (versions evaluated, those admitted)
     gpu_by_name: Mapping[str, Gpu]  # gpu_name_key of each name and alias -> the first GPU row that has it
     flash_attn_oldest_first: tuple[FlashAttn, ...]
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def once(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """compute(), a function of the matrix and key alone, computed once per matrix: the resolver asks the same of every
+        build it tries (a pip engine tries each build for each of its releases and Pythons)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]  # type: ignore[no-any-return]
 
     @classmethod
     def of(cls, m: Matrix) -> MatrixIndex:

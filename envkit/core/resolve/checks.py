@@ -66,12 +66,12 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
     q, out = c.q, []
     g = q.gpu
     if q.cuda and b.platform == "cuda" and (b.toolkit is None or not release_starts_with(b.toolkit, q.cuda)):
-        variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "cuda"})
+        variants = _variants(c, b.version, "cuda")
         asked = asked_text(q.cuda)
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for CUDA {asked} (it has {', '.join(variants)})",
                             f"use --cuda {_nearest_cuda(variants, q.cuda)} or a torch release built for CUDA {asked}", b.source))
     if q.rocm and b.platform == "rocm" and (b.toolkit is None or not release_starts_with(b.toolkit, q.rocm)):
-        variants = sorted({x.variant for x in c.m.torch if x.version == b.version and x.platform == "rocm"})
+        variants = _variants(c, b.version, "rocm")
         out.append(Conflict("torch.no-variant", f"torch {b.version} has no build for ROCm {asked_text(q.rocm)} (it has "
                             f"{', '.join(variants) or 'none'})",
                             "use a ROCm version torch was built for, or another torch", b.source))
@@ -101,14 +101,20 @@ def check_torch(c: Ctx, b: TorchBuild) -> list[Conflict]:
     return out
 
 
+def _variants(c: Ctx, version: Version, platform: str) -> list[str]:
+    return c.m.index.once(("variants", version, platform),
+                          lambda: sorted({x.variant for x in c.m.torch if x.version == version and x.platform == platform}))
+
+
 def _rocm_image(c: Ctx, b: TorchBuild) -> list[Conflict]:
     """A ROCm torch build is an answer only where its ROCm release has a public base image: generate builds on it."""
     assert b.toolkit is not None
     r = c.m.rocm_release(b.toolkit)
     if r is not None and r.has_image:
         return []
-    with_image = sorted({x.toolkit for x in c.m.torch if x.version == b.version and x.platform == "rocm" and x.toolkit is not None
-                         and (y := c.m.rocm_release(x.toolkit)) is not None and y.has_image})
+    with_image = c.m.index.once(("rocm-with-image", b.version), lambda: sorted(
+        {x.toolkit for x in c.m.torch if x.version == b.version and x.platform == "rocm" and x.toolkit is not None
+         and (y := c.m.rocm_release(x.toolkit)) is not None and y.has_image}))
     fix = (f"use --rocm {with_image[-1]} (torch {b.version}'s newest ROCm build with an image)" if with_image
            else f"use a torch release whose ROCm build has a base image, or add the image of ROCm {b.toolkit} to its [[rocm]] row")
     return [Conflict("torch.no-image", f"torch {b.pin} is built for ROCm {b.toolkit}, for which envkit knows no public base image",
@@ -142,6 +148,10 @@ def _nearest_cuda(variants: list[str], want: Version) -> str:
 
 
 def _torch_arch_fix(c: Ctx, g: Gpu, cc: CC) -> str:
+    return c.m.index.once(("torch-arch-fix", g.name, cc), lambda: _torch_arch_fix_text(c, g, cc))
+
+
+def _torch_arch_fix_text(c: Ctx, g: Gpu, cc: CC) -> str:
     fits = [b for b in c.m.torch if b.platform == "cuda" and b.targets(g, cc)]
     if not fits:
         return f"no torch build in the matrix runs on {cc.sm}"
@@ -152,6 +162,10 @@ def _torch_arch_fix(c: Ctx, g: Gpu, cc: CC) -> str:
 
 
 def _rocm_arch_fix(c: Ctx, g: Gpu) -> str:
+    return c.m.index.once(("rocm-arch-fix", g.vendor, g.arch), lambda: _rocm_arch_fix_text(c, g))
+
+
+def _rocm_arch_fix_text(c: Ctx, g: Gpu) -> str:
     if g.vendor == "hygon":
         return "pick a ROCm torch whose arch list has this GPU (Hygon DCUs need the DTK builds: --platform dtk)"
     if not any(b.platform == "rocm" and b.targets(g, None) for b in c.m.torch):

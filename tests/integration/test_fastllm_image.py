@@ -84,3 +84,10 @@ def test_the_fastllm_image_runs_its_selftest(built):
     assert s.returncode == 0, s.stderr[-3000:]
     result = valid_json(s.stdout, "selftest")
     assert result["ok"] and result["torch"] == "2.13.0+cpu"
+
+
+def test_the_fastllm_image_says_it_is_one_in_its_title_and_description(built):
+    """Newcomer review D20: the image's OCI title and description read "envkit cpu image" and "cpu, python 3.11, torch ..."."""
+    labels = json.loads(docker("image", "inspect", "-f", "{{json .Config.Labels}}", TAG).stdout)
+    assert labels["org.opencontainers.image.title"] == "envkit cpu fastllm image"
+    assert labels["org.opencontainers.image.description"] == "cpu, python 3.11, torch 2.13.0+cpu, fastllm 1.9.0"

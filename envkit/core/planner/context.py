@@ -83,6 +83,8 @@ def stack_text(sol: Solution) -> str:
         parts.append("kernels " + ",".join(k.name for k in sol.kernels))
     if sol.vllm:
         parts.append(f"vllm {sol.vllm.version}")
+    if sol.engine:
+        parts.append(f"{sol.engine.engine} {sol.engine.version}" + (" (from source)" if sol.engine.build else ""))
     if sol.gpu:
         parts.append(f"for {sol.gpu.name} ({sol.gpu.arch})")
     return ", ".join(parts)

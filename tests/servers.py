@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import socketserver
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -96,9 +97,11 @@ def write_simple_index(wheels: Path, root: Path, prefixes: tuple[str, ...] = ("s
 
 
 class AptPassThrough(SimpleHTTPRequestHandler):
-    """GET /debian/... and /debian-security/... are fetched from deb.debian.org once, then served."""
+    """GET /debian/... and /debian-security/... are fetched from `upstream` (the archive the base image's own apt sources
+    name) once, then served."""
 
     cache: Path = Path("/tmp")
+    upstream: str = ""
     requests: list = []
 
     def log_message(self, *a):
@@ -110,7 +113,7 @@ class AptPassThrough(SimpleHTTPRequestHandler):
         type(self).requests.append(self.path)
         local = self.cache / self.path.lstrip("/")
         if not local.is_file():
-            r = requests.get("http://deb.debian.org" + self.path, timeout=120)
+            r = requests.get(self.upstream + self.path, timeout=120)
             if r.status_code != 200:
                 self.send_error(r.status_code)
                 return
@@ -123,8 +126,18 @@ class AptPassThrough(SimpleHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def apt_mirror_handler(cache: Path):
-    return type("Apt", (AptPassThrough,), {"cache": cache, "requests": []})
+def apt_mirror_handler(cache: Path, upstream: str):
+    return type("Apt", (AptPassThrough,), {"cache": cache, "upstream": upstream.rstrip("/"), "requests": []})
+
+
+def image_apt_origin(image: str, engine: tuple[str, ...] = ("docker",)) -> str:
+    """The scheme and host of the first apt source in the image's own /etc/apt: the upstream of a pass-through mirror."""
+    p = subprocess.run([*engine, "run", "--rm", "--network", "none", image, "sh", "-c",
+                        "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null"],
+                       capture_output=True, text=True, timeout=300)
+    m = re.search(r"^(?:deb\s+(?:\[[^\]]*\]\s+)?|URIs:\s*)(https?://[^/\s]+)", p.stdout, re.M)
+    assert m, f"{image} names no apt source in /etc/apt: {p.stdout[-500:]}{p.stderr[-500:]}"
+    return m.group(1)
 
 
 class EventStream(BaseHTTPRequestHandler):

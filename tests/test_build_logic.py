@@ -42,7 +42,7 @@ def test_no_engine_is_a_failed_check_not_a_crash():
     ("nvcc fatal   : Unsupported gpu architecture 'compute_70'\n", "rejects an arch"),
     ("ImportError: /opt/venv/lib/python3.10/site-packages/flash_attn_2_cuda.so: undefined symbol: _ZN3c105ErrorC2E\n", "ABI"),
     ("ERROR: Could not find a version that satisfies the requirement einops==0.7.0\n", "needed the network"),
-    ("W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving\n", "needed the network"),
+    ("W: Failed to fetch http://apt.example/debian/dists/bookworm/InRelease  Temporary failure resolving\n", "needed the network"),
 ])
 def test_known_build_failures_are_recognised_with_a_fix(log, cause):
     found = diagnose("Step 7/20 : RUN something\n" + log)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import apt_mirror_handler, serve, write_simple_index
+from servers import apt_mirror_handler, image_apt_origin, serve, write_simple_index
 from functools import partial
 from http.server import SimpleHTTPRequestHandler
 from schema_check import valid_json
@@ -119,7 +119,7 @@ def test_a_bundle_with_a_removed_and_an_altered_wheel_is_refused_before_any_step
 def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tmp_path):
     index = tmp_path / "index"
     write_simple_index(bundle / "wheelhouse", index, prefixes=("simple", "torch/cpu"))
-    apt = apt_mirror_handler(tmp_path / "apt-cache")
+    apt = apt_mirror_handler(tmp_path / "apt-cache", image_apt_origin(BASE))
     with serve(apt) as apt_srv, serve(partial(SimpleHTTPRequestHandler, directory=str(index))) as pip_srv:
         site = tmp_path / "SITE.toml"
         site.write_text(f'[apt]\nmirror = "http://127.0.0.1:{apt_srv.server_port}/debian"\n'
@@ -160,7 +160,7 @@ def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bund
 def test_build_all_builds_two_cpu_targets_and_inspect_shows_each_solution(bundle, tmp_path):
     index = tmp_path / "index"
     write_simple_index(bundle / "wheelhouse", index, prefixes=("simple", "torch/cpu"))
-    apt = apt_mirror_handler(tmp_path / "apt-cache")
+    apt = apt_mirror_handler(tmp_path / "apt-cache", image_apt_origin(BASE))
     with serve(apt) as apt_srv, serve(partial(SimpleHTTPRequestHandler, directory=str(index))) as pip_srv:
         (tmp_path / "SITE.toml").write_text(
             f'[apt]\nmirror = "http://127.0.0.1:{apt_srv.server_port}/debian"\n'

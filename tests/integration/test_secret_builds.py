@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from schema_check import valid_json
-from servers import apt_mirror_handler, serve, write_simple_index
+from servers import apt_mirror_handler, image_apt_origin, serve, write_simple_index
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "docker.io/library/debian:bookworm-slim"
@@ -107,7 +107,7 @@ def mirrors(tmp_path):
     index = tmp_path / "index"
     write_simple_index(stand_in_torch(tmp_path / "wheels").parent, index, prefixes=("simple", "torch/cpu"))
     pip_handler = with_basic_auth(SimpleHTTPRequestHandler, PIP_PASSWORD)
-    apt_handler = with_basic_auth(apt_mirror_handler(tmp_path / "apt-cache"), APT_PASSWORD)
+    apt_handler = with_basic_auth(apt_mirror_handler(tmp_path / "apt-cache", image_apt_origin(BASE, tuple(PODMAN))), APT_PASSWORD)
     with serve(partial(pip_handler, directory=str(index))) as pip_srv, serve(apt_handler) as apt_srv:
         pip_url, apt_url = f"http://127.0.0.1:{pip_srv.server_port}", f"http://127.0.0.1:{apt_srv.server_port}"
         site = tmp_path / "SITE.toml"

@@ -1,5 +1,6 @@
 """apply-site.sh, the script generated images run first, run for real by sh against a directory tree
-shaped like each base image's /etc (ENVKIT_ROOT points it there)."""
+shaped like each base image's /etc (ENVKIT_ROOT points it there). The images' own sources name stand-in archives
+(*.example): the script rewrites the files the distribution ships whatever archive they name, and spells no host."""
 from __future__ import annotations
 
 import shutil
@@ -16,30 +17,30 @@ from envkit.core.resolve import parse_query, resolve
 from envkit.config.site_file import parse
 from envkit.config import matrix_file as mx
 
-UBUNTU_LIST = """deb http://archive.ubuntu.com/ubuntu/ jammy main restricted
-deb http://archive.ubuntu.com/ubuntu/ jammy-updates main restricted
-deb http://security.ubuntu.com/ubuntu/ jammy-security main restricted
+UBUNTU_LIST = """deb http://ubuntu-archive.example/ubuntu/ jammy main restricted
+deb http://ubuntu-archive.example/ubuntu/ jammy-updates main restricted
+deb http://ubuntu-security.example/ubuntu/ jammy-security main restricted
 """
 UBUNTU_DEB822 = """Types: deb
-URIs: http://archive.ubuntu.com/ubuntu/
+URIs: http://ubuntu-archive.example/ubuntu/
 Suites: noble noble-updates noble-backports
 Components: main restricted universe multiverse
 Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg
 
 Types: deb
-URIs: http://security.ubuntu.com/ubuntu/
+URIs: http://ubuntu-security.example/ubuntu/
 Suites: noble-security
 Components: main restricted universe multiverse
 Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg
 """
 DEBIAN_DEB822 = """Types: deb
-URIs: http://deb.debian.org/debian
+URIs: http://debian-archive.example/debian
 Suites: bookworm bookworm-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-URIs: http://deb.debian.org/debian-security
+URIs: http://debian-security.example/debian-security
 Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -90,7 +91,7 @@ def test_ubuntu_sources_point_at_the_mirror_and_the_cuda_list_is_gone(tmp_path, 
     assert p.returncode == 0, p.stderr
     assert not (root / "etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list").exists()
     text = (root / ("etc/apt/sources.list" if layout == "sources.list" else "etc/apt/sources.list.d/ubuntu.sources")).read_text()
-    assert "ubuntu.com" not in text
+    assert ".example/" not in text
     assert text.count("http://10.10.1.10/ubuntu/") == (3 if layout == "sources.list" else 2)
     assert (root / "etc/pip.conf").read_text().startswith("[global]\nindex-url = http://10.10.1.10/pypi/simple")
 
@@ -130,3 +131,16 @@ def test_site_ca_is_trusted(tmp_path):
     assert p.returncode == 0, p.stderr
     assert (root / "usr/local/share/ca-certificates/envkit-site-ca.crt").read_bytes() == cert.read_bytes()
     assert "cert = /etc/ssl/certs/ca-certificates.crt" in (root / "etc/pip.conf").read_text()
+
+
+def test_one_line_sources_with_options_go_to_the_mirror_and_debians_security_archive_to_its_own(tmp_path):
+    lines = ("deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://debian-archive.example/debian bookworm main\n"
+             "deb http://debian-security.example/debian-security bookworm-security main\n"
+             "# deb http://debian-archive.example/debian bookworm-backports main\n")
+    root = _root(tmp_path, {"etc/apt/sources.list": lines})
+    p = _apply(_context(tmp_path, SITE.replace("/ubuntu", "/debian")), root)
+    assert p.returncode == 0, p.stderr
+    assert (root / "etc/apt/sources.list").read_text().splitlines() == [
+        "deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://10.10.1.10/debian/ bookworm main",
+        "deb http://10.10.1.10/debian-security/ bookworm-security main",
+        "# deb http://debian-archive.example/debian bookworm-backports main"]

@@ -21,16 +21,38 @@ if [ "${OFFLINE:-0}" = 1 ]; then
     echo "deb [trusted=yes] file:/opt/envkit/debs ./" > $R/etc/apt/sources.list.d/envkit-offline.list
     echo "envkit: apt reads only the carried repository /opt/envkit/debs"
 elif [ -n "${APT_MIRROR:-}" ]; then
-    # Both formats: sources.list lines (deb URL suite ...) and deb822 files (URIs: URL).
-    for f in $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources; do
+    # The image's own sources, the files its distribution ships (sources.list; debian.sources or ubuntu.sources in the
+    # deb822 format), whatever archive they name: each entry goes to the site's mirror, a -security suite to the security
+    # mirror (Debian's, whose archive path ends in -security, to APT_DEBIAN_SECURITY). Other lists are left as they are,
+    # and must reach only the site (below).
+    for f in $R/etc/apt/sources.list $R/etc/apt/sources.list.d/debian.sources $R/etc/apt/sources.list.d/ubuntu.sources; do
         [ -f "$f" ] || continue
-        sed -i -E \
-            -e "s#https?://security\.ubuntu\.com/ubuntu/?#${APT_SECURITY}/#g" \
-            -e "s#https?://([a-z]{2}\.)?archive\.ubuntu\.com/ubuntu/?#${APT_MIRROR}/#g" \
-            -e "s#https?://ports\.ubuntu\.com/ubuntu-ports/?#${APT_MIRROR}/#g" \
-            -e "s#https?://(deb|security)\.debian\.org/debian-security/?#${APT_DEBIAN_SECURITY}/#g" \
-            -e "s#https?://deb\.debian\.org/debian/?#${APT_MIRROR}/#g" \
-            "$f"
+        case "$f" in *.sources) deb822=1 ;; *) deb822=0 ;; esac
+        awk -v deb822="$deb822" -v main="$APT_MIRROR" -v sec="$APT_SECURITY" -v dsec="$APT_DEBIAN_SECURITY" '
+            function target(suites, uri,   n, i, s, all) {
+                n = split(suites, s, " "); all = n > 0
+                for (i = 1; i <= n; i++) if (s[i] !~ /-security$/) all = 0
+                if (!all) return main "/"
+                return (uri ~ /-security\/?$/ ? dsec : sec) "/"
+            }
+            function flush(   i, suites, uri) {
+                for (i = 1; i <= n; i++) {
+                    if (line[i] ~ /^Suites:/) { suites = line[i]; sub(/^Suites:[ \t]*/, "", suites) }
+                    if (line[i] ~ /^URIs:/) { uri = line[i]; sub(/^URIs:[ \t]*/, "", uri) }
+                }
+                for (i = 1; i <= n; i++) print (line[i] ~ /^URIs:/ ? "URIs: " target(suites, uri) : line[i])
+                n = 0
+            }
+            deb822 == 1 { if ($0 ~ /^[ \t]*$/) { flush(); print } else line[++n] = $0; next }
+            /^[ \t]*deb(-src)?[ \t]/ {
+                i = 2
+                if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+                if (i < NF) $i = target($(i + 1), $i)
+            }
+            { print }
+            END { if (deb822 == 1) flush() }
+        ' "$f" > "$f.envkit"
+        mv "$f.envkit" "$f"
         echo "envkit: apt source $f -> ${APT_MIRROR}"
     done
     left=$(cat $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources 2>/dev/null \

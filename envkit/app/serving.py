@@ -429,7 +429,13 @@ def push(image: str, ref: str, username: Optional[str], password: Optional[str],
     engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)
+    tagged_here = not engine.has_image(ref)
     engine.tag(engine.image_id(image), ref)
-    digest = engine.push(ref, {"username": username, "password": password} if username and password else None, say)
+    try:
+        digest = engine.push(ref, {"username": username, "password": password} if username and password else None, say)
+    except BaseException:
+        if tagged_here:  # a failed push leaves no tag behind it (newcomer review D19)
+            engine.untag(ref)
+        raise
     say(f"push: {ref} is {digest}")
     return Pushed(image, ref, digest, labels.get("io.envkit.model.name"), labels.get("io.envkit.model.sha256"))

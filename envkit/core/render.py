@@ -253,8 +253,8 @@ def _labels(payload: LabelsStep, step: Step, r: _Rendering) -> str:
     plan = r.plan
     assert isinstance(plan, BuildPlan)
     sol_json = json.dumps(plan.solution.to_json(), sort_keys=True, separators=(",", ":"))
-    engine = plan.solution.engine.engine if plan.solution.engine else None
-    return r.fragment("labels", title=f"envkit {plan.solution.platform} {engine + ' ' if engine else ''}image", stack=label_value(plan.stack),
+    engine = f"{plan.solution.engine.engine} " if plan.solution.engine else ""
+    return r.fragment("labels", title=f"envkit {plan.solution.platform} {engine}image", stack=label_value(plan.stack),
                       envkit_version=__version__, lock_sha256=r.lock_sha256, solution_json=label_value(sol_json),
                       base_name=label_value(plan.stages[-1].image),
                       cmd="" if plan.options.serve is not None else 'CMD ["python"]')

@@ -156,3 +156,15 @@ def test_push_to_a_registry_pull_back_by_digest_and_inspect_shows_the_model(serv
     assert labels["io.envkit.model.name"] == "tiny" and labels["io.envkit.model.sha256"] == pushed["model_sha256"]
     assert len(pushed["model_sha256"]) == 64
     docker("rmi", pushed["pull"])
+
+
+def test_a_push_no_registry_answers_fails_in_one_line_and_leaves_no_tag_behind(served_image):
+    """Newcomer review D19: the failed push left its tag on the engine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    ref = f"127.0.0.1:{port}/envkit/tiny:unreachable"
+    p = envkit("push", TAG, "--to", ref)
+    assert p.returncode == 4 and p.stderr.startswith("envkit: error: push of ") and p.stderr.count("\n") == 1, p.stderr
+    assert docker("image", "inspect", ref).returncode != 0, f"{ref} was left on the engine"
+    assert docker("image", "inspect", TAG).returncode == 0

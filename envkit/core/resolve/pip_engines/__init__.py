@@ -75,8 +75,9 @@ def resolve_pip_engine(m: Matrix, q: Query, solve: Callable[[Query], Result],
     return Result(q, None, conflicts)
 
 
-# the stack's torch build and CUDA, which an engine release pins: a fix that moves them cannot hold under the pin
-_PINNED_BY_THE_ENGINE = frozenset({"torch.gpu-arch", "gpu.toolkit-arch", "torch.no-variant"})
+# the stack's torch build and CUDA, which an engine release pins, and the release's own GPU archs: a fix that moves them
+# cannot hold under the pin
+_PINNED_BY_THE_ENGINE = frozenset({"torch.gpu-arch", "gpu.toolkit-arch", "torch.no-variant", "engine.gpu-arch"})
 
 
 def _release_fix(m: Matrix, q: Query, r: Rules, conflicts: tuple[Conflict, ...],
@@ -87,9 +88,10 @@ def _release_fix(m: Matrix, q: Query, r: Rules, conflicts: tuple[Conflict, ...],
     found, _ = _first_release(m, unpinned, r, r.candidates(m, unpinned, platform_of(q)), fit)
     if found is None or found.solution is None or found.solution.engine is None:
         return conflicts
-    fix = (f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here "
-           f"({q.engine} {q.engine_version} pins the torch and CUDA of this stack)")
-    return tuple(replace(c, fix=fix) if c.rule in _PINNED_BY_THE_ENGINE else c for c in conflicts)
+    use = f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here"
+    why = {"engine.gpu-arch": f"{q.engine} {q.engine_version} is not built for this GPU"}
+    return tuple(replace(c, fix=f"{use} ({why.get(c.rule, f'{q.engine} {q.engine_version} pins the torch and CUDA of this stack')})")
+                 if c.rule in _PINNED_BY_THE_ENGINE else c for c in conflicts)
 
 
 def _first_release(m: Matrix, q: Query, r: Rules, rows: list[Row],

@@ -13,7 +13,7 @@ from packaging.version import Version
 from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, admits_triton, no_compile, pin, runs_on, triton_wanted
 from envkit.core.resolve.query import release_starts_with
 from envkit.model.engines import EnginePackages, Lmdeploy
-from envkit.model.matrix import Matrix, TorchBuild
+from envkit.model.matrix import CC, Matrix, TorchBuild
 from envkit.model.solution import Conflict, Query
 
 compile_arch = no_compile
@@ -41,13 +41,23 @@ def conflicts(m: Matrix, q: Query, row: Lmdeploy, plat: str) -> tuple[list[Confl
     if g is not None and g.cc is not None:
         if row.min_cc is not None and g.cc < row.min_cc:
             out.append(Conflict("engine.gpu-arch", f"{label(row)} supports GPUs from compute capability {row.min_cc}; "
-                                f"{g.name} is {g.cc}", "use --engine vllm or --engine torch on this GPU", row.source))
+                                f"{g.name} is {g.cc}", _arch_fix(m, g.cc, g.name), row.source))
         elif row.archs and not runs_on(row.archs, g.cc):
             out.append(Conflict("engine.gpu-arch", f"{label(row)}'s TurboMind library is built for {', '.join(row.archs)}: none runs "
-                                f"on {g.name} ({g.arch})", "pick another --engine lmdeploy==VERSION, or --engine vllm", row.source))
+                                f"on {g.name} ({g.arch})", _arch_fix(m, g.cc, g.name), row.source))
         elif not row.archs:
             notes.append(f"{label(row)}: its TurboMind arch list is not in the matrix; {g.arch} is not checked")
     return out, notes
+
+
+def _arch_fix(m: Matrix, cc: CC, gpu: str) -> str:
+    """The releases whose TurboMind runs on the GPU, or that none in the matrix does (a pinned query's fix is the release that
+    resolves, pip_engines._release_fix)."""
+    able = [r for r in m.rows("lmdeploy") if (r.min_cc is None or cc >= r.min_cc) and r.archs and runs_on(r.archs, cc)]
+    if able:
+        return (f"use an lmdeploy release whose TurboMind library runs on {cc.sm}: "
+                f"{min(r.version for r in able)} ... {max(r.version for r in able)}")
+    return f"no lmdeploy release in the matrix runs on {gpu} ({cc.sm}): serve it without lmdeploy"
 
 
 def python_ok(row: Lmdeploy, py: Version) -> Optional[bool]:

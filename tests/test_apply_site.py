@@ -144,3 +144,20 @@ def test_one_line_sources_with_options_go_to_the_mirror_and_debians_security_arc
         "deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://10.10.1.10/debian/ bookworm main",
         "deb http://10.10.1.10/debian-security/ bookworm-security main",
         "# deb http://debian-archive.example/debian bookworm-backports main"]
+
+
+def test_ports_security_a_file_source_lowercase_fields_and_debian_10s_security_suite(tmp_path):
+    """Ubuntu's arm64 ports keep their security suites on the ports mirror; a file: source stays; deb822 field names are
+    case-insensitive; Debian 10's security suite (buster/updates) is a security one. Run with mawk, the awk of Debian's and
+    Ubuntu's images (the program is POSIX awk)."""
+    lines = ("deb http://ports-archive.example/ubuntu-ports noble-security main\n"
+             "deb [trusted=yes] file:/opt/local ./\n"
+             "deb http://debian-security.example/debian-security buster/updates main\n")
+    deb822 = "types: deb\nuris: http://ubuntu-archive.example/ubuntu/\nsuites: noble noble-updates\ncomponents: main\n"
+    root = _root(tmp_path, {"etc/apt/sources.list": lines, "etc/apt/sources.list.d/ubuntu.sources": deb822})
+    p = _apply(_context(tmp_path, SITE), root)
+    assert p.returncode == 0, p.stderr
+    assert (root / "etc/apt/sources.list").read_text().splitlines() == [
+        "deb http://10.10.1.10/ubuntu/ noble-security main", "deb [trusted=yes] file:/opt/local ./",
+        "deb http://10.10.1.10/ubuntu-security/ buster/updates main"]
+    assert "URIs: http://10.10.1.10/ubuntu/\nsuites: noble noble-updates" in (root / "etc/apt/sources.list.d/ubuntu.sources").read_text()

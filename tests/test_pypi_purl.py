@@ -124,3 +124,65 @@ def test_an_index_listing_the_file_with_another_sha256_is_refused_before_the_dow
         with pytest.raises(ExternalError, match="the index lists ftllm-1.9.0-py3-none-manylinux_2_31_x86_64.whl with sha256 .*, not the"):
             _fetch(dataclasses.replace(plan, site=site), tmp_path / "bundle")
     assert seen == ["/simple/ftllm/"] and not (tmp_path / "bundle" / item.path).exists()
+
+
+def _stand_in_sdist(d: Path) -> Path:
+    import io
+    import tarfile
+
+    d.mkdir(parents=True, exist_ok=True)
+    sdist = d / "flash_attn-2.7.4.post1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        data = b"from setuptools import setup\n"
+        info = tarfile.TarInfo("flash_attn-2.7.4.post1/setup.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return sdist
+
+
+def _sdist_plan(index: str, sha: str):
+    plan, _item, site = _offline_fastllm_plan(index)
+    item = Carried("sources/flash_attn-2.7.4.post1.tar.gz", "flash-attn 2.7.4.post1 sdist",
+                   pypi_file("flash_attn-2.7.4.post1.tar.gz", sha))
+    return dataclasses.replace(plan, site=site, carried=(item,)), item
+
+
+def _fetch_sources(plan, out: Path) -> bundle.BundleReport:
+    report = bundle.BundleReport(out)
+    bundle.fetch_sources(plan, out, report, lambda _line: None, lambda _name: contextlib.nullcontext(lambda *_a: None))
+    return report
+
+
+def test_the_flash_attn_sdist_is_checked_by_the_sha256_its_matrix_row_cites(tmp_path, monkeypatch):
+    """The sdist's origin is the flash-attn row's purl with its sha256: the bundle refuses an index that lists another one,
+    downloads the cited file, and asks nothing once it holds it."""
+    monkeypatch.chdir(ROOT)
+    sdist = _stand_in_sdist(tmp_path / "dists")
+    index_root = tmp_path / "index"
+    (index_root / "files").mkdir(parents=True)
+    (index_root / "files" / sdist.name).write_bytes(sdist.read_bytes())
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    page = index_root / "simple" / "flash-attn"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(f'<a href="../../files/{sdist.name}#sha256={sha}">{sdist.name}</a>\n')
+    server_, seen = _index_server(index_root)
+    with server_ as server:
+        index = f"http://127.0.0.1:{server.server_port}/simple"
+        plan, item = _sdist_plan(index, "0" * 64)
+        with pytest.raises(ExternalError, match=f"the index lists {sdist.name} with sha256 {sha}, not the 0{{64}}"):
+            _fetch_sources(plan, tmp_path / "refused")
+        assert not (tmp_path / "refused" / item.path).exists()
+        plan, item = _sdist_plan(index, sha)
+        out = tmp_path / "bundle"
+        assert _fetch_sources(plan, out).downloaded == [item.path]
+        asked = len(seen)
+        assert _fetch_sources(plan, out).reused == [item.path] and len(seen) == asked
+    assert hashlib.sha256((out / item.path).read_bytes()).hexdigest() == sha
+
+
+def test_a_source_build_carries_the_sdist_by_the_purl_its_row_cites():
+    g = generate(ResolveFlags.from_mapping({"gpu": "H200", "cuda": "12.8", "torch": "2.7.0", "flash_attn": "2.7.4.post1"}),
+                 opts=Options(offline=True))
+    (item,) = [c for c in g.plan.carried if c.path == "sources/flash_attn-2.7.4.post1.tar.gz"]
+    ref = parse_pypi(item.origin)
+    assert ref is not None and ref.file_name == "flash_attn-2.7.4.post1.tar.gz" and ref.sha256 and len(ref.sha256) == 64

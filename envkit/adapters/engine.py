@@ -88,14 +88,23 @@ class Engine:
     def has_image(self, ref: str) -> bool:
         import docker.errors
 
+        if not ref.strip():
+            return False
         try:
             self.client.images.get(ref)
             return True
-        except docker.errors.ImageNotFound:
+        except (docker.errors.ImageNotFound, docker.errors.NullResource):
             return False
+        except docker.errors.APIError as exc:
+            if exc.status_code == 400:  # the engine cannot parse it as a reference
+                raise InputError(f"{ref!r} is not an image reference ({str(exc.explanation)[:200]})",
+                                 "name the image as REPOSITORY[:TAG] or by its ID") from None
+            raise
 
     def require_image(self, ref: str) -> None:
         """For commands that run an image the user named: it must be on this engine already."""
+        if not ref.strip():
+            raise InputError("no image named (an empty image reference)", "name the image as REPOSITORY[:TAG] or by its ID")
         if not self.has_image(ref):
             raise InputError(f"image {ref} is not on this engine", "build it (envkit build) or pull/load it first")
 

@@ -69,7 +69,17 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         name = item.path.split("/", 1)[1]
         dest = out / item.path
         if name.startswith("flash_attn-"):
+            cited = _pypi_file(item.origin)
+            if cited is not None and dest.is_file() and sha256_file(dest) == cited.sha256:
+                report.reused.append(item.path)
+                say(f"have {item.path} (sha256 verified)")
+                continue
             url, sha = _listed_file(plan, name, "flash-attn")
+            if cited is not None:
+                if sha is not None and sha != cited.sha256:
+                    raise ExternalError(f"the index lists {name} with sha256 {sha}, not the {cited.sha256} of {item.origin}",
+                                        "check that the site's pip index mirrors PyPI's file, not a rebuilt one")
+                sha = cited.sha256
         else:  # CPython's tarball, fastllm's tag archive: where the plan says it comes from, through the site's rewrite
             url, sha = item.origin, None
             if plan.site.given:

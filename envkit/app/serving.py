@@ -420,6 +420,19 @@ def check_push(ref: str, username: Optional[str], password: Optional[str]) -> No
                          "pass --username NAME --password-stdin, or neither for a registry without login")
 
 
+def _restore_ref(engine: Any, ref: str, before: Optional[str], image_id: str) -> None:
+    """After a failed push, `ref` names what it named before (newcomer review D19: the tag was left behind): the image it
+    pointed at, or nothing, where the image keeps another name (removing an image's last name would delete the image).
+    Best effort: the push's own error is the one reported."""
+    try:
+        if before is not None and before != image_id:
+            engine.tag(before, ref)
+        elif before is None and len(engine.image_attrs(image_id).get("RepoTags") or []) > 1:
+            engine.untag(ref)
+    except Exception:  # noqa: BLE001 - the engine's refusal here must not hide why the push failed
+        pass
+
+
 def push(image: str, ref: str, username: Optional[str], password: Optional[str], say: Callable[[str], None] = lambda _: None,
          engine=None) -> Pushed:
     """Tag `image` as `ref` (REGISTRY/REPO[:TAG]) and push it; the credentials live in this call only."""
@@ -429,13 +442,13 @@ def push(image: str, ref: str, username: Optional[str], password: Optional[str],
     engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)
-    tagged_here = not engine.has_image(ref)
-    engine.tag(engine.image_id(image), ref)
+    image_id = engine.image_id(image)
+    before = engine.image_id(ref) if engine.has_image(ref) else None
+    engine.tag(image_id, ref)
     try:
         digest = engine.push(ref, {"username": username, "password": password} if username and password else None, say)
     except BaseException:
-        if tagged_here:  # a failed push leaves no tag behind it (newcomer review D19)
-            engine.untag(ref)
+        _restore_ref(engine, ref, before, image_id)
         raise
     say(f"push: {ref} is {digest}")
     return Pushed(image, ref, digest, labels.get("io.envkit.model.name"), labels.get("io.envkit.model.sha256"))

@@ -29,18 +29,21 @@ elif [ -n "${APT_MIRROR:-}" ]; then
         [ -f "$f" ] || continue
         case "$f" in *.sources) deb822=1 ;; *) deb822=0 ;; esac
         awk -v deb822="$deb822" -v main="$APT_MIRROR" -v sec="$APT_SECURITY" -v dsec="$APT_DEBIAN_SECURITY" '
+            # a security suite (noble-security; Debian 10 and older: buster/updates) goes to the security mirror, but on
+            # the Ubuntu ports archive (arm64), which holds its own security suites; a local file: or cdrom: source stays
             function target(suites, uri,   n, i, s, all) {
+                if (uri ~ /^(file|cdrom|copy):/) return uri
                 n = split(suites, s, " "); all = n > 0
-                for (i = 1; i <= n; i++) if (s[i] !~ /-security$/) all = 0
-                if (!all) return main "/"
+                for (i = 1; i <= n; i++) if (s[i] !~ /(-security|\/updates)$/) all = 0
+                if (!all || uri ~ /ubuntu-ports\/?$/) return main "/"
                 return (uri ~ /-security\/?$/ ? dsec : sec) "/"
             }
             function flush(   i, suites, uri) {
                 for (i = 1; i <= n; i++) {
-                    if (line[i] ~ /^Suites:/) { suites = line[i]; sub(/^Suites:[ \t]*/, "", suites) }
-                    if (line[i] ~ /^URIs:/) { uri = line[i]; sub(/^URIs:[ \t]*/, "", uri) }
+                    if (tolower(line[i]) ~ /^suites:/) { suites = line[i]; sub(/^[^:]*:[ \t]*/, "", suites) }
+                    if (tolower(line[i]) ~ /^uris:/) { uri = line[i]; sub(/^[^:]*:[ \t]*/, "", uri) }
                 }
-                for (i = 1; i <= n; i++) print (line[i] ~ /^URIs:/ ? "URIs: " target(suites, uri) : line[i])
+                for (i = 1; i <= n; i++) print (tolower(line[i]) ~ /^uris:/ ? "URIs: " target(suites, uri) : line[i])
                 n = 0
             }
             deb822 == 1 { if ($0 ~ /^[ \t]*$/) { flush(); print } else line[++n] = $0; next }
@@ -56,7 +59,7 @@ elif [ -n "${APT_MIRROR:-}" ]; then
         echo "envkit: apt source $f -> ${APT_MIRROR}"
     done
     left=$(cat $R/etc/apt/sources.list $R/etc/apt/sources.list.d/*.list $R/etc/apt/sources.list.d/*.sources 2>/dev/null \
-           | grep -E '^[[:space:]]*(deb|deb-src|URIs:)' | grep -oE '(https?|ftp)://[^ ]+' \
+           | grep -iE '^[[:space:]]*(deb|deb-src|URIs:)' | grep -oE '(https?|ftp)://[^ ]+' \
            | grep -vE "^(${SITE_HOSTS_RE})" || true)
     if [ -n "$left" ]; then
         echo "envkit: error: apt sources still reach outside the site: $left" >&2

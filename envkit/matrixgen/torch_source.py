@@ -25,7 +25,7 @@ the same build-matrix file and commit as each release's listing, the wheel varia
 linux-aarch64 (`linux_aarch64`; `aarch64_wheel_matrix`).
 
 Nothing of upstream's files is stored: each fact names the exact wheel it came from
-(url#sha256=...) and quotes the few bytes or lines it rests on.
+(its purl with the file's sha256) and quotes the few bytes or lines it rests on.
 
     python -m envkit.matrixgen.torch_source extract [--out data/sources/torch] [--version V ...]
     python -m envkit.matrixgen.torch_source derive  [--src data/sources/torch] [--out FILE]

@@ -3,7 +3,7 @@ wheel's METADATA, the sdist's CMakeLists.txt / setup.py / vllm/envs.py / release
 the ELF headers of the wheel's smallest CUDA extension.
 
 Each extract (data/sources/vllm/<version>.json) holds facts as data next to the verbatim line they
-were read from and the exact file (PyPI URL#sha256 of the wheel or sdist, member path, line number).
+were read from and the exact file (the purl with the sha256 of the wheel or sdist, member path, line number).
 Where a fact is not stated by any artifact the extract says null and why; nothing is guessed.
 
     python -m envkit.matrixgen.vllm_source extract [--out data/sources/vllm] [VERSION ...]

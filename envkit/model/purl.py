@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import quote, unquote
 
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
-_PYPI = re.compile(r"pkg:pypi/(?P<name>[^@?#\s]+)(?:@(?P<version>[^?#\s]+))?(?:\?(?P<qualifiers>[^#\s]+))?")
+# a purl inside a source line ends where the line's own punctuation starts: ; , ) or a sentence's full stop
+_PYPI = re.compile(r"(?<![\w.-])pkg:pypi/(?P<name>[^@?#\s;,)]+)(?:@(?P<version>[^?#\s;,)]+))?(?:\?(?P<qualifiers>[^#\s;,)]+))?")
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class PyPIRef:
     sha256: Optional[str] = None
 
     def __str__(self) -> str:
-        out = f"pkg:pypi/{canonicalize_name(self.name)}"
+        out = f"pkg:pypi/{purl_name(self.name)}"
         if self.version:
             out += "@" + quote(self.version, safe=".")
         qualifiers = []
@@ -32,6 +33,11 @@ class PyPIRef:
         if self.file_name:
             qualifiers.append("file_name=" + quote(self.file_name, safe=".-_"))
         return out + ("?" + "&".join(qualifiers) if qualifiers else "")
+
+
+def purl_name(name: str) -> str:
+    """The purl spec's pypi name: lowercased, each underscore a dash (a dot stays: zope.interface)."""
+    return name.lower().replace("_", "-")
 
 
 def pypi(name: str, version: Optional[str] = None) -> str:
@@ -53,9 +59,8 @@ def parse_pypi(text: str) -> Optional[PyPIRef]:
     m = _PYPI.search(text)
     if m is None:
         return None
-    fields = dict(q.split("=", 1) for q in (m["qualifiers"] or "").split("&") if "=" in q)
+    fields = {k.lower(): unquote(v) for k, v in (q.split("=", 1) for q in (m["qualifiers"] or "").rstrip(".").split("&") if "=" in q)}
     checksum = fields.get("checksum", "")
-    sha256 = next((c.split(":", 1)[1] for c in checksum.split(",") if c.startswith("sha256:")), None)
-    file_name = fields.get("file_name")
-    return PyPIRef(unquote(m["name"]), unquote(m["version"]) if m["version"] else None,
-                   unquote(file_name) if file_name else None, sha256)
+    sha256 = next((c.split(":", 1)[1].lower() for c in checksum.split(",") if c.lower().startswith("sha256:")), None)
+    version = unquote(m["version"]).rstrip(".") if m["version"] else None
+    return PyPIRef(unquote(m["name"]).rstrip("."), version or None, fields.get("file_name") or None, sha256)

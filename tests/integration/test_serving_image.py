@@ -168,3 +168,11 @@ def test_a_push_no_registry_answers_fails_in_one_line_and_leaves_no_tag_behind(s
     assert p.returncode == 4 and p.stderr.startswith("envkit: error: push of ") and p.stderr.count("\n") == 1, p.stderr
     assert docker("image", "inspect", ref).returncode != 0, f"{ref} was left on the engine"
     assert docker("image", "inspect", TAG).returncode == 0
+
+
+@pytest.mark.parametrize("image, says", [("", "no image named"), ("Bad::Ref", "'Bad::Ref' is not an image reference")])
+def test_an_empty_or_malformed_image_name_is_bad_input_in_one_line(image, says):
+    """A reviewer's reproducer: `envkit push "" --to ...` was an internal error (the SDK's NullResource)."""
+    for args in (("push", image, "--to", "127.0.0.1:1/envkit/x:y"), ("inspect", image)):
+        p = envkit(*args)
+        assert p.returncode == 2 and p.stderr.startswith(f"envkit: error: {says}") and p.stderr.count("\n") == 1, (args, p.stderr)

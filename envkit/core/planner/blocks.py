@@ -111,8 +111,12 @@ def sdist_name(version: Version) -> str:
     return f"flash_attn-{version}.tar.gz"
 
 
-def carried_sdist(version: Version) -> Carried:
-    return Carried(f"sources/{sdist_name(version)}", f"flash-attn {version} sdist", pypi("flash-attn", str(version)))
+def carried_sdist(version: Version, source: str = "") -> Carried:
+    """The sdist, its origin the purl with its sha256 where the flash-attn row's source has it (the bundle checks the file by
+    it), else the release's purl (the index's listed sha256 is checked)."""
+    name = sdist_name(version)
+    cited = next((ref for part in source.split() if (ref := parse_pypi(part)) is not None and ref.file_name == name and ref.sha256), None)
+    return Carried(f"sources/{name}", f"flash-attn {version} sdist", str(cited) if cited else pypi("flash-attn", str(version)))
 
 
 @dataclass(frozen=True)
@@ -472,7 +476,7 @@ class FlashAttnSource(Block):
                      KernelsStep(sdist_name(fa.version), ("flash_attn",), fa.arch_list, ctx.options.host_march, fa.profile)),)
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
-        return (carried_sdist(self.flash_attn.version),)
+        return (carried_sdist(self.flash_attn.version, self.flash_attn.source_row),)
 
     def modules(self) -> tuple[str, ...]:
         return ("flash_attn", "flash_attn_2_cuda")
@@ -484,6 +488,7 @@ class Kernels(Block):
 
     kernels: tuple[KernelPlan, ...]
     sdist_version: Version  # flash-attn's own when it is compiled too, else the kernels' row
+    sdist_source: str = ""  # the flash-attn row's source where flash-attn is compiled from the same sdist (its sha256)
 
     def build_steps(self, ctx: PlanContext) -> tuple[Step, ...]:
         first, names = self.kernels[0], tuple(k.name for k in self.kernels)
@@ -494,7 +499,7 @@ class Kernels(Block):
                      KernelsStep(sdist_name(self.sdist_version), names, first.arch_list, ctx.options.host_march)),)
 
     def carried(self, ctx: PlanContext) -> tuple[Carried, ...]:
-        return (carried_sdist(self.sdist_version),)
+        return (carried_sdist(self.sdist_version, self.sdist_source),)
 
     def modules(self) -> tuple[str, ...]:
         return tuple(k.module for k in self.kernels)
@@ -736,8 +741,10 @@ def components(ctx: PlanContext) -> tuple[Block, ...]:
     kernels: tuple[Block, ...] = ()
     if sol.kernels:
         # the kernels reuse the sdist flash-attn itself is compiled from
-        sdist = flash.flash_attn.version if isinstance(flash, FlashAttnSource) else sol.kernels[0].flash_attn_sdist
-        kernels = (Kernels(sol.kernels, sdist),)
+        if isinstance(flash, FlashAttnSource):
+            kernels = (Kernels(sol.kernels, flash.flash_attn.version, flash.flash_attn.source_row),)
+        else:
+            kernels = (Kernels(sol.kernels, sol.kernels[0].flash_attn_sdist),)
     vllm = (VllmWheel(sol.vllm, sol.vllm_wheel, sol.vllm_url, sol.torch),) if sol.vllm is not None else ()
     toolkit: tuple[Block, ...] = ()
     removed: tuple[Block, ...] = ()

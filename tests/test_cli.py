@@ -33,7 +33,7 @@ def test_v100_flash_attn_2_exits_1_with_the_rule() -> None:
     rules = {c["rule"] for c in doc["conflicts"]}
     assert rules == {"flash-attn.gpu-arch"}
     c = doc["conflicts"][0]
-    assert "8.0" in c["message"] and "sm_70" in c["message"] and c["fix"] and c["source"].startswith("https://")
+    assert "8.0" in c["message"] and "sm_70" in c["message"] and c["fix"] and c["source"].startswith(("https://", "pkg:"))
     # dropping --flash-attn solves it; "drop --gpu" is no fix for the GPU a user owns (newcomer review 3, D11)
     assert {s["drop"] for s in doc["suggestions"]} == {"--flash-attn"}
 

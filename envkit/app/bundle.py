@@ -68,24 +68,18 @@ def fetch_sources(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
             continue
         name = item.path.split("/", 1)[1]
         dest = out / item.path
-        if name.startswith("flash_attn-"):
-            cited = _pypi_file(item.origin)
-            if cited is not None and dest.is_file() and sha256_file(dest) == cited.sha256:
-                report.reused.append(item.path)
-                say(f"have {item.path} (sha256 verified)")
-                continue
-            url, sha = _listed_file(plan, name, "flash-attn")
-            if cited is not None:
-                if sha is not None and sha != cited.sha256:
-                    raise ExternalError(f"the index lists {name} with sha256 {sha}, not the {cited.sha256} of {item.origin}",
-                                        "check that the site's pip index mirrors PyPI's file, not a rebuilt one")
-                sha = cited.sha256
-        else:  # CPython's tarball, fastllm's tag archive: where the plan says it comes from, through the site's rewrite
-            url, sha = item.origin, None
-            if plan.site.given:
-                url = plan.site.rewrite(url) or url
-        with progress_factory(name) as tick:
-            fetched = download(url, dest, sha256=sha, progress=tick)
+        cited = _pypi_file(item.origin) if name.startswith("flash_attn-") else None
+        if cited is not None:
+            fetched, sha = _fetch_cited(plan, cited, item.origin, dest, name, progress_factory), cited.sha256
+        else:
+            if name.startswith("flash_attn-"):  # its release only: the sha256 the index lists is checked
+                url, sha = _listed_file(plan, name, "flash-attn")
+            else:  # CPython's tarball, fastllm's tag archive: where the plan says it comes from, through the site's rewrite
+                url, sha = item.origin, None
+                if plan.site.given:
+                    url = plan.site.rewrite(url) or url
+            with progress_factory(name) as tick:
+                fetched = download(url, dest, sha256=sha, progress=tick)
         (report.downloaded if fetched else report.reused).append(item.path)
         say(f"{'fetched' if fetched else 'have'} {item.path}" + (" (sha256 verified)" if sha else ""))
 
@@ -96,23 +90,29 @@ def _pypi_file(origin: str) -> Optional[PyPIRef]:
     return ref if ref is not None and ref.file_name and ref.sha256 else None
 
 
+def _fetch_cited(plan: BuildPlan, ref: PyPIRef, origin: str, dest: Path, label: str,
+                 progress_factory: Callable[[str], ContextManager[Tick]]) -> bool:
+    """A PyPI file its purl names with its sha256 (a _pypi_file): nothing asked when dest holds it already; else looked up
+    on the index, refused where the index lists another sha256, downloaded and checked. True when it was fetched."""
+    assert ref.file_name is not None and ref.sha256 is not None
+    if dest.is_file() and sha256_file(dest) == ref.sha256:
+        return False
+    url, listed = _listed_file(plan, ref.file_name, ref.name)
+    if listed is not None and listed != ref.sha256:
+        raise ExternalError(f"the index lists {ref.file_name} with sha256 {listed}, not the {ref.sha256} of {origin}",
+                            "check that the site's pip index mirrors PyPI's file, not a rebuilt one")
+    with progress_factory(label) as tick:
+        return download(url, dest, sha256=ref.sha256, progress=tick)
+
+
 def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
                      progress_factory: Callable[[str], ContextManager[Tick]]) -> None:
     """Carried wheels that PyPI serves by file (a package installed without its dependencies), each checked by sha256."""
     for item in plan.carried:
         ref = _pypi_file(item.origin) if item.path.startswith("wheelhouse/") else None
-        if ref is None or ref.file_name is None:
+        if ref is None:
             continue
-        dest = out / item.path
-        if dest.is_file() and sha256_file(dest) == ref.sha256:
-            fetched = False
-        else:
-            url, listed = _listed_file(plan, ref.file_name, ref.name)
-            if listed is not None and listed != ref.sha256:
-                raise ExternalError(f"the index lists {ref.file_name} with sha256 {listed}, not the {ref.sha256} of {item.origin}",
-                                    "check that the site's pip index mirrors PyPI's file, not a rebuilt one")
-            with progress_factory(item.path) as tick:
-                fetched = download(url, dest, sha256=ref.sha256, progress=tick)
+        fetched = _fetch_cited(plan, ref, item.origin, out / item.path, item.path, progress_factory)
         (report.downloaded if fetched else report.reused).append(item.path)
         say(f"{'fetched' if fetched else 'have'} {item.path} (sha256 verified)")
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.model.purl import pypi
+from envkit.model.purl import purl_name, pypi, pypi_refs
 
 T = TypeVar("T")
 
@@ -147,7 +147,7 @@ class CudaToolkit:
                        + (f"they end in {suffix})" if suffix else "CUDA 13 on, the names carry no -cuNN suffix)")
             if w.version.release[:2] != self.version.release[:2]:
                 return f"{w.pin} is not of CUDA {self.version}: each toolkit wheel is pinned to its release"
-            if not re.search(rf"{re.escape(pypi(w.name, str(w.version)))}(?![^\s?#;,)])", w.source):
+            if not any(purl_name(r.name) == purl_name(w.name) and r.version == str(w.version) for r in pypi_refs(w.source)):
                 return f"{w.name}'s source must give its PyPI release, {pypi(w.name, str(w.version))}"
         if len(set(names)) != len(names):
             return "a toolkit wheel is listed twice"

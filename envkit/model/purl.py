@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 from urllib.parse import quote, unquote
 
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
@@ -56,9 +56,16 @@ def pypi_file(file_name: str, sha256: Optional[str] = None) -> str:
 
 def parse_pypi(text: str) -> Optional[PyPIRef]:
     """The first PyPI purl in text (a source line may cite several things), or None."""
-    m = _PYPI.search(text)
-    if m is None:
-        return None
+    return next(pypi_refs(text), None)
+
+
+def pypi_refs(text: str) -> Iterator[PyPIRef]:
+    """Every PyPI purl in text, in order."""
+    for m in _PYPI.finditer(text):
+        yield _ref(m)
+
+
+def _ref(m: re.Match[str]) -> PyPIRef:
     fields = {k.lower(): unquote(v) for k, v in (q.split("=", 1) for q in (m["qualifiers"] or "").rstrip(".").split("&") if "=" in q)}
     checksum = fields.get("checksum", "")
     sha256 = next((c.split(":", 1)[1].lower() for c in checksum.split(",") if c.lower().startswith("sha256:")), None)

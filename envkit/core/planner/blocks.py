@@ -51,7 +51,7 @@ from envkit.model.plan import (
     UninstallStep,
     VenvStep,
 )
-from envkit.model.purl import parse_pypi, pypi
+from envkit.model.purl import parse_pypi, pypi, pypi_refs
 from envkit.model.serving import OFFLINE_ENV
 from envkit.model.solution import FlashAttnPlan, KernelPlan
 
@@ -115,7 +115,7 @@ def carried_sdist(version: Version, source: str = "") -> Carried:
     """The sdist, its origin the purl with its sha256 where the flash-attn row's source has it (the bundle checks the file by
     it), else the release's purl (the index's listed sha256 is checked)."""
     name = sdist_name(version)
-    cited = next((ref for part in source.split() if (ref := parse_pypi(part)) is not None and ref.file_name == name and ref.sha256), None)
+    cited = next((ref for ref in pypi_refs(source) if ref.file_name == name and ref.sha256), None)
     return Carried(f"sources/{name}", f"flash-attn {version} sdist", str(cited) if cited else pypi("flash-attn", str(version)))
 
 

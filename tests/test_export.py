@@ -93,34 +93,49 @@ def test_exports_match_their_golden_files_and_are_deterministic(fmt):
 
 
 def test_github_workflow_is_valid_against_schemastore():
+    """The golden project's images name a registry (registry.corp.example:5000/llm): every target builds and pushes on the
+    CPU runner, and the test job runs each on its own runner, from the pushed digest (issue 29)."""
     doc = yaml.safe_load((GOLD / FILES["github"]).read_text())
     jsonschema.validate(doc, GITHUB_SCHEMA)
     include = doc["jobs"]["build"]["strategy"]["matrix"]["include"]
-    assert [(i["target"], i["runner"]) for i in include] == [("cpu-demo", "ubuntu-latest"), ("a6000-cu118", "gpu"), ("h200-cu128", "gpu-h200")]
-    assert doc["jobs"]["build"]["runs-on"] == "${{ matrix.runner }}"
+    assert [(i["target"], i["runner"], i["push"]) for i in include] == [
+        ("cpu-demo", "ubuntu-latest", "yes"), ("a6000-cu118", "ubuntu-latest", "yes"), ("h200-cu128", "ubuntu-latest", "yes")]
+    assert doc["jobs"]["build"]["runs-on"] == doc["jobs"]["test"]["runs-on"] == "${{ matrix.runner }}"
+    tests = doc["jobs"]["test"]["strategy"]["matrix"]["include"]
+    assert [(i["target"], i["runner"]) for i in tests] == [("cpu-demo", "ubuntu-latest"), ("a6000-cu118", "gpu"), ("h200-cu128", "gpu-h200")]
+    assert doc["jobs"]["test"]["needs"] == "build"
+    push = next(s for s in doc["jobs"]["build"]["steps"] if s.get("name", "").startswith("push"))
+    assert push["env"] == {"ENVKIT_REGISTRY_USER": "${{ secrets.ENVKIT_REGISTRY_USER }}",
+                           "ENVKIT_REGISTRY_PASSWORD": "${{ secrets.ENVKIT_REGISTRY_PASSWORD }}"}  # never a value in the file
+    assert "--lock-tag" in push["run"]
 
 
 def test_gitlab_ci_is_valid_against_gitlabs_schema():
     doc = yaml.safe_load((GOLD / FILES["gitlab"]).read_text())
     jsonschema.validate(doc, GITLAB_SCHEMA)
-    jobs = {name: job for name, job in doc.items() if name.startswith("envkit-build")}
+    assert doc["stages"] == ["build", "test"]
+    jobs = {name: job for name, job in doc.items() if name.startswith("envkit-")}
     assert {name: ([m["TARGET"] for m in job["parallel"]["matrix"]], job.get("tags")) for name, job in jobs.items()} == {
-        "envkit-build": (["cpu-demo"], None), "envkit-build-gpu": (["a6000-cu118"], ["gpu"]),
-        "envkit-build-gpu-h200": (["h200-cu128"], ["gpu-h200"])}
+        "envkit-push": (["cpu-demo", "a6000-cu118", "h200-cu128"], None),
+        "envkit-test": (["cpu-demo"], None), "envkit-test-gpu": (["a6000-cu118"], ["gpu"]),
+        "envkit-test-gpu-h200": (["h200-cu128"], ["gpu-h200"])}
     assert {name: job["extends"] for name, job in jobs.items()} == {
-        "envkit-build": ".envkit-build", "envkit-build-gpu": ".envkit-gpu", "envkit-build-gpu-h200": ".envkit-gpu"}
+        "envkit-push": ".envkit-push", "envkit-test": ".envkit-test", "envkit-test-gpu": ".envkit-gpu-test",
+        "envkit-test-gpu-h200": ".envkit-gpu-test"}
+    assert doc[".envkit-push"]["artifacts"]["paths"] == ["envkit-build-$TARGET.json", "envkit-push-$TARGET.json", "envkit-sbom/"]
+    assert "ENVKIT_REGISTRY_PASSWORD" not in json.dumps(doc)  # the login is the project's masked variables, named in a comment
 
 
 def test_gpu_jobs_get_a_gpu_runner_and_fail_on_one_without_gpus(tmp_path):
     """Issue 25 (newcomer review 3, D7): the GitLab GPU jobs ran in docker:dind, where no GPU reaches the self-test, and
     went green. GPU jobs now use the runner's own engine with no dind service, on their runner's tags; GitHub GPU rows
     name their platform; the first command of both fails at once on a runner without the GPUs (run here, on this
-    CPU-only machine, the gate exits 1 with its message)."""
+    CPU-only machine, the gate exits 1 with its message). In the golden project the GPU jobs are the test jobs."""
     gl = yaml.safe_load((GOLD / FILES["gitlab"]).read_text())
-    gpu_job = gl[".envkit-gpu"]
+    gpu_job = gl[".envkit-gpu-test"]
     assert "services" not in gpu_job and gpu_job["variables"] == {"DOCKER_HOST": "unix:///var/run/docker.sock"}
-    assert gl[".envkit-build"]["services"] == ["docker:dind"]  # CPU targets keep dind
-    assert gl["envkit-build-gpu-h200"]["parallel"]["matrix"] == [
+    assert gl[".envkit-test"]["services"] == gl[".envkit-push"]["services"] == ["docker:dind"]  # CPU jobs keep dind
+    assert gl["envkit-test-gpu-h200"]["parallel"]["matrix"] == [
         {"TARGET": "h200-cu128", "IMAGE": "registry.corp.example:5000/llm/envkit-h200-cu128:latest", "GPU": "NVIDIA", "GPU_NODE": "/dev/nvidiactl"}]
     assert 'gpus = "all"' in (GOLD / FILES["gitlab"]).read_text().split("stages:")[0]  # the runner config it needs, said
     gate = gpu_job["script"][0]
@@ -129,14 +144,24 @@ def test_gpu_jobs_get_a_gpu_runner_and_fail_on_one_without_gpus(tmp_path):
     assert run.returncode == 1 and "target h200-cu128 needs NVIDIA GPUs, but this runner has no /nonexistent/nvidiactl" in run.stdout
     assert subprocess.run(["bash", "-c", gate], env={**env, "GPU_NODE": "/dev/null"}).returncode == 0
     gh = yaml.safe_load((GOLD / FILES["github"]).read_text())
-    steps = gh["jobs"]["build"]["steps"]
+    steps = gh["jobs"]["test"]["steps"]
     assert steps[0]["name"] == "the runner's GPUs" and steps[0]["if"] == "matrix.gpu != ''"
-    rows = {i["target"]: i.get("gpu") for i in gh["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    assert not any(s.get("name") == "the runner's GPUs" for s in gh["jobs"]["build"]["steps"])  # building needs no GPU
+    rows = {i["target"]: i.get("gpu") for i in gh["jobs"]["test"]["strategy"]["matrix"]["include"]}
     assert rows == {"cpu-demo": None, "a6000-cu118": "cuda", "h200-cu128": "cuda"}
     gh_gate = steps[0]["run"].replace("${{ matrix.gpu_node }}", "/nonexistent/kfd").replace("${{ matrix.target }}", "mi300x") \
         .replace("${{ matrix.gpu }}", "rocm")
     run = subprocess.run(["bash", "-c", gh_gate], capture_output=True, text=True, env={**os.environ, "RUNNER_NAME": "ubuntu-1"})
     assert run.returncode == 1 and "::error::target mi300x needs rocm GPUs, but runner ubuntu-1 has no /nonexistent/kfd" in run.stdout
+
+
+def test_a_project_whose_images_name_no_registry_builds_and_tests_in_one_job_and_pushes_nothing(tmp_path):
+    project = _write(tmp_path, "[ci]\n" + f'envkit = "{VCS}"\n' + 'gpu_runner = "gpu"\n' + CPU + H100)
+    gh = yaml.safe_load(_text(project, "github"))
+    assert list(gh["jobs"]) == ["build"] and "envkit push" not in _text(project, "github")
+    assert [s.get("name") for s in gh["jobs"]["build"]["steps"]][-2] == "build, self-test, doctor"
+    gl = yaml.safe_load(_text(project, "gitlab"))
+    assert gl["stages"] == ["build"] and ".envkit-push" not in gl and "envkit push" not in _text(project, "gitlab")
 
 
 def test_runner_label_lists_become_runs_on_lists_and_tags(tmp_path):

@@ -7,6 +7,7 @@ where buildx is installed; on Docker's legacy builder alone it is refused before
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,7 +41,8 @@ class ContainerEngine(Protocol):
     def pull(self, ref: str) -> None: ...
     def save(self, ref: str, dest: Path, progress: Optional[Callable[[int], None]] = None) -> None: ...
     def load(self, path: Path) -> list[tuple[str, list[str]]]: ...
-    def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge") -> tuple[int, str]: ...
+    def run(self, image: str, command: list[str], volumes: Volumes, network: str = "bridge", stderr: bool = True) -> tuple[int, str]: ...
+    def relabel(self, image: str, labels: Mapping[str, str]) -> str: ...
     def info_or_none(self) -> Optional[dict[str, Any]]: ...
     def run_container(self, spec: ContainerSpec) -> tuple[int, str, str, bool, str]: ...
     def build(self, context: Path, *, network: str, buildargs: dict[str, str], nocache: bool = False,
@@ -102,11 +104,20 @@ class Engine:
             raise
 
     def require_image(self, ref: str) -> None:
-        """For commands that run an image the user named: it must be on this engine already."""
+        """For commands that run an image the user named: it must be on this engine already, or be named by its digest
+        (REPO@sha256:..., what envkit push prints), which is pulled: a digest names one image, as `docker run` reads it."""
         if not ref.strip():
             raise InputError("no image named (an empty image reference)", "name the image as REPOSITORY[:TAG] or by its ID")
-        if not self.has_image(ref):
-            raise InputError(f"image {ref} is not on this engine", "build it (envkit build) or pull/load it first")
+        if self.has_image(ref):
+            return
+        if re.search(r"@sha256:[0-9a-f]{64}$", ref):
+            try:
+                self.client.images.pull(ref)
+                return
+            except Exception as exc:  # the SDK raises many kinds for one cause: the registry did not give it
+                raise InputError(f"image {ref} is not on this engine, and pulling it failed: {str(exc)[:200]}",
+                                 "check the registry's address and login (docker login), or load the image first") from None
+        raise InputError(f"image {ref} is not on this engine", "build it (envkit build) or pull/load it first")
 
     def image_id(self, ref: str) -> str:
         return str(self.client.images.get(ref).id)
@@ -138,11 +149,13 @@ class Engine:
             images = self.client.images.load(f)
         return [(img.id, list(img.tags)) for img in images]
 
-    def run(self, image: str, command: list[str], volumes: dict[str, dict], network: str = "bridge") -> tuple[int, str]:
+    def run(self, image: str, command: list[str], volumes: dict[str, dict], network: str = "bridge",
+            stderr: bool = True) -> tuple[int, str]:
+        """Run a command in a new container and remove it: its exit status and output (stdout, and stderr unless not)."""
         c = self.client.containers.run(image, command, volumes=volumes, network_mode=network, detach=True)
         try:
             rc = c.wait()["StatusCode"]
-            logs = c.logs().decode(errors="replace")
+            logs = c.logs(stdout=True, stderr=stderr).decode(errors="replace")
         finally:
             c.remove(force=True)
         return rc, logs
@@ -262,6 +275,15 @@ class Engine:
     def tag(self, image_id: str, ref: str) -> None:
         self.client.images.get(image_id).tag(*split_ref(ref))
 
+    def relabel(self, image: str, labels: Mapping[str, str]) -> str:
+        """The ID of `image` with `labels` added (a build of FROM and the labels only: no layer, no network)."""
+        import io
+
+        base = self.image_id(image).split(":", 1)[-1]
+        made, _ = self.client.images.build(fileobj=io.BytesIO(f"FROM {base}\n".encode()), labels=dict(labels), network_mode="none",
+                                           pull=False, rm=True, forcerm=True)
+        return str(made.id)
+
     def untag(self, ref: str) -> None:
         """Remove the reference only: the image keeps its other names and its layers."""
         self.client.images.remove(ref, noprune=True)
@@ -284,6 +306,21 @@ class Engine:
         return digest
 
     # ------------------------------------------------------------ a server on a network with no route out
+
+    def registry_digest(self, ref: str, auth: Optional[Mapping[str, str]]) -> Optional[str]:
+        """The manifest digest the registry answers for `ref`, None where it holds no such tag."""
+        import docker.errors
+
+        try:
+            return str(self.client.images.get_registry_data(ref, auth_config=dict(auth) if auth else None).id)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            text = str(exc).lower()
+            if exc.status_code == 404 or "manifest unknown" in text or "not found" in text:
+                return None
+            raise ExternalError(f"the registry did not say whether it holds {ref}: {str(exc)[:300]}",
+                                "check the registry's address and credentials") from None
 
     def image_attrs(self, ref: str) -> dict[str, Any]:
         return dict(self.client.images.get(ref).attrs)

@@ -15,6 +15,7 @@ from envkit.adapters.bundle_dir import MANIFEST, verify
 from envkit.adapters.engine import Engine, SecretFiles
 from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.adapters.image_build import BuildResult, check_build_secrets, engine_resources, load_images, stream_build
+from envkit.app.attest import Attested, attest, now
 from envkit.app.bundle import make_bundle
 from envkit.app.generate import Generated, generate, generate_pip, write_context
 from envkit.app.lock import check_bundle, check_mirror_build
@@ -53,6 +54,11 @@ class BuildRequest:
     toolkit: Optional[ToolkitSource] = None  # --toolkit (mirror mode); None: the site file's [cuda] toolkit, else image
     export_wheels: Optional[str] = None  # a new or empty directory for the wheels the build stage compiled
     host_facts: Optional[str] = None  # --gpu auto: a facts file recorded on the GPU host
+    sbom_dir: str = "envkit-sbom"  # where the image's SBOM and provenance are written
+    no_sbom: bool = False
+
+    def sbom_out(self) -> Optional[str]:
+        return None if self.no_sbom else self.sbom_dir
 
 
 @dataclass(frozen=True)
@@ -76,13 +82,16 @@ class Built:
     steps: int
     stages: tuple[tuple[str, float], ...] = field(default=())
     exported: Optional[tuple[str, tuple[ExportedWheel, ...]]] = None  # (directory, wheels) with --export-wheels
+    attested: Optional[Attested] = None  # the SBOM and provenance written beside it (None: --no-sbom)
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"schema": 1, "ok": True, "image": self.image, "id": self.image_id, "size": self.size,
-               "seconds": round(self.seconds, 1), "network": self.network,
-               "stages": [{"name": n, "seconds": round(s, 1)} for n, s in self.stages]}
+        doc: dict[str, Any] = {"schema": 1, "ok": True, "image": self.image, "id": self.image_id, "size": self.size,
+                               "seconds": round(self.seconds, 1), "network": self.network,
+                               "stages": [{"name": n, "seconds": round(s, 1)} for n, s in self.stages]}
         if self.exported is not None:
             doc["exported_wheels"] = {"dir": self.exported[0], "wheels": [w.to_json() for w in self.exported[1]]}
+        if self.attested is not None:
+            doc["sbom"] = self.attested.to_json()
         return doc
 
 
@@ -192,9 +201,11 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
             check_mirror_build(g.plan, req.lock, reporter.say)
         made = write_context(g, req.out)
         return build_context(Path(req.out), offline=False, tag=req.tag, network=req.network, no_cache=req.no_cache,
-                             dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels, made=made)
+                             dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels, made=made,
+                             sbom_dir=req.sbom_out())
     return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
-                         dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels)
+                         dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels,
+                         sbom_dir=req.sbom_out())
 
 
 def load_project(project: Optional[str], target: Optional[str], all_targets: bool, req: BuildRequest) -> Project:
@@ -227,11 +238,12 @@ def run(req: BuildRequest, reporter: Reporter = Silent(), project: Optional[str]
 def build_project_target(project: Optional[str], target: Optional[str], req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
     t = load_project(project, target, False, req).target(target or "")
     return build_target(t, network=req.network, no_cache=req.no_cache, dry_run=req.dry_run, matrix_path=req.matrix_path,
-                        reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels)
+                        reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels, sbom_dir=req.sbom_out())
 
 
 def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str],
-                 reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None) -> Outcome:
+                 reporter: Reporter = Silent(), secrets: tuple[str, ...] = (), export_wheels: Optional[str] = None,
+                 sbom_dir: Optional[str] = "envkit-sbom") -> Outcome:
     """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
     serving = None if t.serve is None else prepare(ServeRequest(t.serve.model, t.serve.name, t.serve.args, t.serve.mount), reporter.say)
@@ -247,7 +259,7 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
             return g
         context = Path(f"envkit-build/{t.name}")
     return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
-                         reporter=reporter, secrets=secrets, export_wheels=export_wheels)
+                         reporter=reporter, secrets=secrets, export_wheels=export_wheels, sbom_dir=sbom_dir)
 
 
 def check_export_dir(export_wheels: Optional[str], plan: Optional[PlanDocument]) -> Optional[Path]:
@@ -303,7 +315,8 @@ def export_compiled_wheels(engine: Engine, stage_image: str, dest: Path, reporte
 
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
                   reporter: Reporter = Silent(), secrets: tuple[str, ...] = (),
-                  export_wheels: Optional[str] = None, made: Optional[Generated] = None) -> Union[Built, DryRun]:
+                  export_wheels: Optional[str] = None, made: Optional[Generated] = None,
+                  sbom_dir: Optional[str] = None) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks. `made`: the
     context generate just wrote, whose plan and solution are taken as they are instead of read back from the files."""
     reporter.phase("build")
@@ -325,14 +338,21 @@ def build_context(context: Path, *, offline: bool, tag: Optional[str], network: 
     load_images(engine, context, reporter.say)
     buildargs = {} if offline else dict(plan.build_args)
     network_used = "none" if offline else network
+    started = now()
     result = stream_build(engine, context, network_used, buildargs, reporter.build_line, nocache=no_cache, secrets=secret_files)
     if not result.image_id:
         raise ExternalError("the engine finished the build without naming the image it made", "run the build again with --no-cache")
-    engine.tag(result.image_id, ref)
     exported = None
     if dest is not None:
         stage_image = build_stage_image(engine, context, result, network=network_used, buildargs=buildargs, secrets=secret_files,
                                         reporter=reporter)
         exported = (str(dest), export_compiled_wheels(engine, stage_image, dest, reporter))
-    return Built(image=ref, image_id=result.image_id, size=engine.size(ref), seconds=result.seconds, network=network_used,
-                 offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages), exported=exported)
+    attested = None
+    if sbom_dir is not None:
+        compiled = tuple((w.file, w.sha256) for w in exported[1]) if exported else ()
+        attested = attest(engine, context, ref=ref, image_id=result.image_id, plan=plan, record=record, offline=offline,
+                          network=network_used, started=started, out_dir=Path(sbom_dir), say=reporter.say, compiled=compiled)
+    image_id = attested.image_id if attested else result.image_id
+    engine.tag(image_id, ref)
+    return Built(image=ref, image_id=image_id, size=engine.size(ref), seconds=result.seconds, network=network_used,
+                 offline=offline, steps=result.steps, stages=tuple((n, s) for n, s in result.stages), exported=exported, attested=attested)

@@ -94,7 +94,7 @@ class _TargetLog:
 
 
 def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path: Optional[str], board: Board,
-         cancel: threading.Event) -> TargetOutcome:
+         cancel: threading.Event, sbom_dir: Optional[str]) -> TargetOutcome:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{t.name}.log"
     board.update(t.name, state="building", step="starting")
@@ -104,7 +104,7 @@ def _one(t: Target, *, network: str, no_cache: bool, dry_run: bool, matrix_path:
     with log_path.open("w") as log:
         try:
             outcome = build_target(t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path,
-                                   reporter=_TargetLog(t.name, log, board, cancel))
+                                   reporter=_TargetLog(t.name, log, board, cancel), sbom_dir=sbom_dir)
             if isinstance(outcome, Unsolved):
                 first = outcome.result.conflicts[0] if outcome.result.conflicts else None
                 code, error = EXIT_NO_SOLUTION, f"no solution: {first.message if first else 'see envkit resolve'}"
@@ -143,7 +143,7 @@ class AllBuilt:
 
 
 def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, board: Board, dry_run: bool = False,
-              matrix_path: Optional[str] = None) -> AllBuilt:
+              matrix_path: Optional[str] = None, sbom_dir: Optional[str] = "envkit-sbom") -> AllBuilt:
     """Every target, at most `jobs` at once. Interrupted, the targets not started are dropped and the running
     ones stop at their next line of output (their engine connection closes, which ends the build)."""
     for t in project.targets:
@@ -151,7 +151,7 @@ def build_all(project: Project, *, jobs: int, network: str, no_cache: bool, boar
     cancel = threading.Event()
     pool = ThreadPoolExecutor(max_workers=jobs)
     futures = [pool.submit(_one, t, network=network, no_cache=no_cache, dry_run=dry_run, matrix_path=matrix_path, board=board,
-                           cancel=cancel) for t in project.targets]
+                           cancel=cancel, sbom_dir=sbom_dir) for t in project.targets]
     try:
         return AllBuilt(tuple(f.result() for f in futures))
     except KeyboardInterrupt:

@@ -383,6 +383,20 @@ def stop(container: str, engine=None) -> None:
 
 # ---------------------------------------------------------------- envkit push: the image to the site's registry
 
+LOCK_TAG_PREFIX = "lock-"  # REPO:lock-<12 hex of the image's io.envkit.lock.sha256>
+
+
+@dataclass(frozen=True)
+class LockTag:
+    """The tag only images of one lock get: pushed when the registry had none, kept when it names an earlier build."""
+    ref: str
+    digest: str   # what the tag names in the registry now
+    pushed: bool  # False: the registry held it already (an earlier build of the same lock, or this image)
+
+    def to_json(self) -> dict:
+        return {"ref": self.ref, "digest": self.digest, "pushed": self.pushed}
+
+
 @dataclass(frozen=True)
 class Pushed:
     image: str
@@ -390,6 +404,7 @@ class Pushed:
     digest: str
     model: Optional[str]
     model_sha256: Optional[str]
+    lock_tag: Optional[LockTag] = None
 
     @property
     def pinned(self) -> str:
@@ -397,7 +412,33 @@ class Pushed:
 
     def to_json(self) -> dict:
         return {"schema": 1, "ok": True, "image": self.image, "ref": self.ref, "digest": self.digest, "pull": self.pinned,
-                "model": self.model, "model_sha256": self.model_sha256}
+                "model": self.model, "model_sha256": self.model_sha256,
+                "lock_tag": None if self.lock_tag is None else self.lock_tag.to_json()}
+
+
+def lock_tag_ref(ref: str, labels: dict[str, str]) -> str:
+    """REPO:lock-<12 hex> for the image whose labels these are; InputError for an image envkit build did not make."""
+    sha = labels.get("io.envkit.lock.sha256", "")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise InputError("--lock-tag: the image has no io.envkit.lock.sha256 label (envkit build writes it)",
+                         "push an image envkit built, or drop --lock-tag")
+    return f"{split_ref(ref)[0]}:{LOCK_TAG_PREFIX}{sha[:12]}"
+
+
+def _push_lock_tag(engine: Any, image_id: str, lock_ref: str, auth: Optional[dict], say: Callable[[str], None]) -> LockTag:
+    """Push the lock's tag unless the registry holds it already: a tag that names one build stays (registries that
+    refuse to move a tag accept this too); the user's tag always names the new build."""
+    held = engine.registry_digest(lock_ref, auth)
+    if held is not None:
+        say(f"push: {lock_ref} stays {held} (the registry holds that lock's tag already)")
+        return LockTag(lock_ref, held, False)
+    engine.tag(image_id, lock_ref)
+    try:
+        digest = engine.push(lock_ref, auth, say)
+    finally:
+        engine.untag(lock_ref)
+    say(f"push: {lock_ref} is {digest}")
+    return LockTag(lock_ref, digest, True)
 
 
 def check_push(ref: str, username: Optional[str], password: Optional[str]) -> None:
@@ -434,21 +475,25 @@ def _restore_ref(engine: Any, ref: str, before: Optional[str], image_id: str) ->
 
 
 def push(image: str, ref: str, username: Optional[str], password: Optional[str], say: Callable[[str], None] = lambda _: None,
-         engine=None) -> Pushed:
-    """Tag `image` as `ref` (REGISTRY/REPO[:TAG]) and push it; the credentials live in this call only."""
+         engine=None, lock_tag: bool = False) -> Pushed:
+    """Tag `image` as `ref` (REGISTRY/REPO[:TAG]) and push it; with `lock_tag`, also REPO:lock-<12 hex> of its lock where the
+    registry has none. The credentials live in this call only."""
     from envkit.adapters.engine import Engine
 
     check_push(ref, username, password)
     engine = engine or Engine.connect()
     engine.require_image(image)
     labels = engine.labels(image)
+    lock_ref = lock_tag_ref(ref, labels) if lock_tag else None
     image_id = engine.image_id(image)
     before = engine.image_id(ref) if engine.has_image(ref) else None
+    auth = {"username": username, "password": password} if username and password else None
     engine.tag(image_id, ref)
     try:
-        digest = engine.push(ref, {"username": username, "password": password} if username and password else None, say)
+        digest = engine.push(ref, auth, say)
     except BaseException:
         _restore_ref(engine, ref, before, image_id)
         raise
     say(f"push: {ref} is {digest}")
-    return Pushed(image, ref, digest, labels.get("io.envkit.model.name"), labels.get("io.envkit.model.sha256"))
+    locked = _push_lock_tag(engine, image_id, lock_ref, auth, say) if lock_ref else None
+    return Pushed(image, ref, digest, labels.get("io.envkit.model.name"), labels.get("io.envkit.model.sha256"), locked)

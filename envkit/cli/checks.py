@@ -98,7 +98,7 @@ def push(a: Args) -> None:
 
     app.serving.check_push(a.to, a.username, "-" if a.password_stdin or os.environ.get("ENVKIT_REGISTRY_PASSWORD") else None)
     password = sys.stdin.readline().rstrip("\n") if a.password_stdin else os.environ.get("ENVKIT_REGISTRY_PASSWORD")
-    pushed = reporting(lambda r: app.serving.push(a.image, a.to, a.username, password or None, r.say))
+    pushed = reporting(lambda r: app.serving.push(a.image, a.to, a.username, password or None, r.say, lock_tag=a.lock_tag))
     out = ui.progress.console(stderr=a.as_json)
     out.print(f"pushed {pushed.ref}\n  digest {pushed.digest}\n  pull   {pushed.pinned}", markup=False, highlight=False)
     if a.as_json:

@@ -73,6 +73,6 @@ def build(flags: ResolveFlags, a: Args) -> None:
     proj = app.build.load_project(a.project, a.target, a.all_targets, req)
     with ui.progress.BuildBoard([t.name for t in proj.targets], out_console) as board:
         built = app.build_all.build_all(proj, jobs=a.jobs, network=a.network, no_cache=a.no_cache, board=board, dry_run=a.dry_run,
-                                        matrix_path=a.matrix_path)
+                                        matrix_path=a.matrix_path, sbom_dir=req.sbom_out())
     out_console.print(built.summary())
     finish(built, a.as_json, lambda b: None)

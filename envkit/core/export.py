@@ -137,11 +137,46 @@ def missing_install(p: Project) -> InputError:
                       f"or envkit = \"{DISTRIBUTION} @ git+https://HOST/PATH.git@vX.Y.Z\"")
 
 
+def _build_command(project_path: str, target: str) -> str:
+    return f"envkit build --project {shlex.quote(project_path)} --target {target} --json > envkit-build-{target}.json"
+
+
+def _test_commands(target: str, image: str) -> list[str]:
+    return [f"envkit selftest --image {image} --junit selftest-{target}.xml", f"envkit inspect {image} --junit doctor-{target}.xml"]
+
+
 def _commands(project_path: str, target: str, image: str) -> list[str]:
-    project_path = shlex.quote(project_path)
-    return [f"envkit build --project {project_path} --target {target} --json > envkit-build-{target}.json",
-            f"envkit selftest --image {image} --junit selftest-{target}.xml",
-            f"envkit inspect {image} --junit doctor-{target}.xml"]
+    return [_build_command(project_path, target), *_test_commands(target, image)]
+
+
+def pushes(t: Target) -> bool:
+    """A target whose image names a registry host ([defaults] registry = "HOST[:PORT]/PATH") is pushed there by its build job
+    and tested by a job that pulls it by digest; one without a host ("envkit/...") is built and tested in one job."""
+    first = t.image.split("/", 1)[0]
+    return "/" in t.image and ("." in first or ":" in first or first == "localhost")
+
+
+def _push_command(target: str, image: str) -> str:
+    """Push under the target's own name and the lock's tag; the login is the CI system's secret, read from the environment
+    (ENVKIT_REGISTRY_USER, ENVKIT_REGISTRY_PASSWORD), never written into the file."""
+    return f"envkit push {image} --to {image} --lock-tag --json > envkit-push-{target}.json"
+
+
+def _pull_ref(target: str) -> str:
+    """The shell line that sets PULL to the pushed digest (REPO@sha256:...) from the build job's push document."""
+    return f"""PULL=$(python -c "import json; print(json.load(open('envkit-push-{target}.json'))['pull'])")"""
+
+
+REGISTRY_SECRETS = ("ENVKIT_REGISTRY_USER", "ENVKIT_REGISTRY_PASSWORD")
+REGISTRY_LOGIN = {
+    "github": "The targets whose image names a registry host are pushed by their build job and tested by the test job, which "
+              "pulls the pushed digest; the push logs in with the repository's secrets ENVKIT_REGISTRY_USER and "
+              "ENVKIT_REGISTRY_PASSWORD (leave them unset for a registry without login).",
+    "gitlab": "The targets whose image names a registry host are pushed by the envkit-push jobs and tested by the envkit-test "
+              "jobs, which pull the pushed digest; the push logs in with the project's masked CI/CD variables "
+              "ENVKIT_REGISTRY_USER and ENVKIT_REGISTRY_PASSWORD (leave them unset for a registry without login).",
+}
+SBOM_DIR = "envkit-sbom/"
 
 
 def _runs_on(labels: Optional[Labels]) -> Union[str, list[str]]:
@@ -150,78 +185,146 @@ def _runs_on(labels: Optional[Labels]) -> Union[str, list[str]]:
     return labels[0] if len(labels) == 1 else list(labels)
 
 
+def _gate(matrix_if: str) -> dict[str, Any]:
+    return {"name": "the runner's GPUs", "if": matrix_if,
+            "run": "test -e \"${{ matrix.gpu_node }}\" || { echo \"::error::target ${{ matrix.target }} needs "
+                   "${{ matrix.gpu }} GPUs, but runner $RUNNER_NAME has no ${{ matrix.gpu_node }}: run it on a "
+                   "self-hosted runner with them ([ci] gpu_runner)\"; exit 1; }\n"}
+
+
+def _setup(install: Install) -> list[dict[str, Any]]:
+    return [{"uses": "actions/checkout@v4"}, {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
+            {"name": f"install envkit ({DISTRIBUTION})", "run": "\n".join(install_commands(install)) + "\n"}]
+
+
+def _row(t: Target, runner: Optional[Labels], gpu: Mapping[str, str], **extra: str) -> dict[str, Any]:
+    return {"target": t.name, "image": t.image, "runner": _runs_on(runner), **extra,
+            **({"gpu": gpu[t.name], "gpu_node": GPU_NODE[gpu[t.name]]} if t.name in gpu else {})}
+
+
+def _github_build(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
+    """The build job: a target that is pushed builds on the CPU runner and pushes; one that is not builds and tests where
+    its GPUs are (the first step fails on a runner without them)."""
+    pushed = [t.name for t in p.targets if pushes(t)]
+    include = [_row(t, p.ci.runner, {}, push="yes") if t.name in pushed else _row(t, labels.get(t.name), gpu) for t in p.targets]
+    tested_here = len(pushed) < len(p.targets)
+    steps: list[dict[str, Any]] = [_gate("matrix.gpu != ''")] if any(t.name in gpu and t.name not in pushed for t in p.targets) else []
+    steps += _setup(install)
+    if not pushed:
+        steps.append({"name": "build, self-test, doctor",
+                      "run": "\n".join(_commands(p.path, "${{ matrix.target }}", "${{ matrix.image }}")) + "\n"})
+    else:
+        steps.append({"name": "build", "run": _build_command(p.path, "${{ matrix.target }}") + "\n"})
+        if tested_here:
+            steps.append({"name": "self-test, doctor", "if": "matrix.push == ''",
+                          "run": "\n".join(_test_commands("${{ matrix.target }}", "${{ matrix.image }}")) + "\n"})
+        steps.append({"name": "push (the image's name and its lock's tag)", "if": "matrix.push != ''",
+                      "env": {k: f"${{{{ secrets.{k} }}}}" for k in REGISTRY_SECRETS},
+                      "run": _push_command("${{ matrix.target }}", "${{ matrix.image }}") + "\n"})
+    paths = ["*-${{ matrix.target }}.xml", "envkit-build-${{ matrix.target }}.json"]
+    if pushed:
+        paths += ["envkit-push-${{ matrix.target }}.json", SBOM_DIR]
+    steps.append({"name": "test results" if not pushed else "build results", "if": "always()", "uses": "actions/upload-artifact@v4",
+                  "with": {"name": "envkit-${{ matrix.target }}", "path": "\n".join(paths)}})
+    return {"name": "build ${{ matrix.target }}", "runs-on": "${{ matrix.runner }}",
+            "strategy": {"fail-fast": False, "matrix": {"include": include}}, "steps": steps}
+
+
+def _github_test(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
+    """The test job of the pushed targets: on each target's own runner (its GPUs), the image pulled by the digest its build
+    job pushed, never built again."""
+    targets = [t for t in p.targets if pushes(t)]
+    steps: list[dict[str, Any]] = [_gate("matrix.gpu != ''")] if any(t.name in gpu for t in targets) else []
+    steps += _setup(install)
+    steps += [{"uses": "actions/download-artifact@v4", "with": {"name": "envkit-${{ matrix.target }}"}},
+              {"name": "self-test, doctor (the pushed digest)",
+               "run": "\n".join([_pull_ref("${{ matrix.target }}"), *_test_commands("${{ matrix.target }}", '"$PULL"')]) + "\n"},
+              {"name": "test results", "if": "always()", "uses": "actions/upload-artifact@v4",
+               "with": {"name": "envkit-test-${{ matrix.target }}", "path": "*-${{ matrix.target }}.xml"}}]
+    return {"name": "test ${{ matrix.target }}", "needs": "build", "if": "${{ !cancelled() }}", "runs-on": "${{ matrix.runner }}",
+            "strategy": {"fail-fast": False, "matrix": {"include": [_row(t, labels.get(t.name), gpu) for t in targets]}},
+            "steps": steps}
+
+
 def github(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
-    """One matrix job; a GPU target's row names its platform, and its first step fails on a runner without the GPUs."""
-    include = [{"target": t.name, "image": t.image, "runner": _runs_on(labels.get(t.name)),
-                **({"gpu": gpu[t.name], "gpu_node": GPU_NODE[gpu[t.name]]} if t.name in gpu else {})} for t in p.targets]
-    steps: list[dict[str, Any]] = []
-    if gpu:
-        steps.append({"name": "the runner's GPUs", "if": "matrix.gpu != ''",
-                      "run": "test -e \"${{ matrix.gpu_node }}\" || { echo \"::error::target ${{ matrix.target }} needs "
-                             "${{ matrix.gpu }} GPUs, but runner $RUNNER_NAME has no ${{ matrix.gpu_node }}: run it on a "
-                             "self-hosted runner with them ([ci] gpu_runner)\"; exit 1; }\n"})
-    steps += [
-        {"uses": "actions/checkout@v4"},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
-        {"name": f"install envkit ({DISTRIBUTION})", "run": "\n".join(install_commands(install)) + "\n"},
-        {"name": "build, self-test, doctor", "run": "\n".join(_commands(p.path, "${{ matrix.target }}", "${{ matrix.image }}")) + "\n"},
-        {"name": "test results", "if": "always()", "uses": "actions/upload-artifact@v4",
-         "with": {"name": "envkit-${{ matrix.target }}", "path": "*-${{ matrix.target }}.xml\nenvkit-build-${{ matrix.target }}.json"}},
-    ]
-    return {
-        "name": "envkit images",
-        "on": {"push": {"branches": ["main"]}, "workflow_dispatch": {}},
-        "jobs": {"build": {"name": "build ${{ matrix.target }}", "runs-on": "${{ matrix.runner }}",
-                           "strategy": {"fail-fast": False, "matrix": {"include": include}}, "steps": steps}},
-    }
+    """One matrix job that builds (and tests the targets it does not push); a second that tests the pushed ones by digest."""
+    jobs = {"build": _github_build(p, install, labels, gpu)}
+    if any(pushes(t) for t in p.targets):
+        jobs["test"] = _github_test(p, install, labels, gpu)
+    return {"name": "envkit images", "on": {"push": {"branches": ["main"]}, "workflow_dispatch": {}}, "jobs": jobs}
 
 
-def _groups(p: Project, labels: Mapping[str, Optional[Labels]],
+def _groups(targets: list[Target], labels: Mapping[str, Optional[Labels]],
             gpu: Mapping[str, str]) -> list[tuple[Optional[Labels], Optional[str], list[Target]]]:
     """The targets by (runner labels, GPU platform), in the order they first appear."""
     groups: dict[tuple[Optional[Labels], Optional[str]], list[Target]] = {}
-    for t in p.targets:
+    for t in targets:
         groups.setdefault((labels.get(t.name), gpu.get(t.name)), []).append(t)
     return [(k[0], k[1], v) for k, v in groups.items()]
 
 
-def gitlab(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
-    """One hidden job with the steps, and one `parallel:matrix` job per runner label that extends it (`tags:` the
-    labels; the targets without one run untagged, on the shared runners). CPU targets build in docker:dind; GPU
-    targets on their runner's own engine (GITLAB_GPU_RUNNER), each job's first command the GPU gate."""
-    artifacts = {"when": "always", "reports": {"junit": ["selftest-$TARGET.xml", "doctor-$TARGET.xml"]},
-                 "paths": ["envkit-build-$TARGET.json"]}
-    doc: dict[str, Any] = {"stages": ["build"]}
-    if any(t.name not in gpu for t in p.targets):
-        doc[".envkit-build"] = {
-            "stage": "build",
-            "image": "docker.io/library/python:3.11",
-            "services": ["docker:dind"],
-            "variables": {"DOCKER_HOST": "tcp://docker:2375", "DOCKER_TLS_CERTDIR": ""},
-            "script": [*install_commands(install), *_commands(p.path, "$TARGET", "$IMAGE")],
-            "artifacts": copy.deepcopy(artifacts),
-        }
-    if gpu:
-        doc[".envkit-gpu"] = {
-            "stage": "build",
-            "image": "docker.io/library/python:3.11",
-            "variables": {"DOCKER_HOST": "unix:///var/run/docker.sock"},
-            "script": ['test -e "$GPU_NODE" || { echo "target $TARGET needs $GPU GPUs, but this runner has no $GPU_NODE: '
-                       'run it on a GPU runner ([ci] gpu_runner) whose config.toml has gpus = all"; exit 1; }',
-                       *install_commands(install), *_commands(p.path, "$TARGET", "$IMAGE")],
-            "artifacts": copy.deepcopy(artifacts),
-        }
-    groups = _groups(p, labels, gpu)
+_GPU_GATE = ('test -e "$GPU_NODE" || { echo "target $TARGET needs $GPU GPUs, but this runner has no $GPU_NODE: '
+             'run it on a GPU runner ([ci] gpu_runner) whose config.toml has gpus = all"; exit 1; }')
+
+
+def _gitlab_hidden(stage: str, on_gpu_runner: bool, script: list[str], artifacts: dict[str, Any]) -> dict[str, Any]:
+    """A hidden job: CPU jobs build in docker:dind, GPU jobs on their runner's own engine (GITLAB_GPU_RUNNER)."""
+    job: dict[str, Any] = {"stage": stage, "image": "docker.io/library/python:3.11"}
+    if on_gpu_runner:
+        job["variables"] = {"DOCKER_HOST": "unix:///var/run/docker.sock"}
+    else:
+        job["services"] = ["docker:dind"]
+        job["variables"] = {"DOCKER_HOST": "tcp://docker:2375", "DOCKER_TLS_CERTDIR": ""}
+    job["script"] = script
+    job["artifacts"] = artifacts
+    return job
+
+
+def _gitlab_jobs(doc: dict[str, Any], prefix: str, groups: list[tuple[Optional[Labels], Optional[str], list[Target]]],
+                 hidden: Mapping[bool, str]) -> None:
+    """One `parallel:matrix` job per (runner labels, platform) group, extending the group's hidden job."""
     for label, platform, targets in groups:
-        job: dict[str, Any] = {"extends": ".envkit-gpu" if platform else ".envkit-build"}
+        job: dict[str, Any] = {"extends": hidden[bool(platform)]}
         if label is not None:
             job["tags"] = list(label)
         job["parallel"] = {"matrix": [{"TARGET": t.name, "IMAGE": t.image,
                                        **({"GPU": VENDOR[platform], "GPU_NODE": GPU_NODE[platform]} if platform else {})}
                                       for t in targets]}
-        name = "envkit-build" if label is None else f"envkit-build-{'-'.join(label)}"
+        name = prefix if label is None else f"{prefix}-{'-'.join(label)}"
         shared = sum(1 for other, _, _ in groups if other == label) > 1  # CPU and GPU targets on the same runner
         doc[f"{name}-{platform or 'cpu'}" if shared else name] = job
+
+
+def gitlab(p: Project, install: Install, labels: Mapping[str, Optional[Labels]], gpu: Mapping[str, str]) -> dict[str, Any]:
+    """Hidden jobs with the steps, and one `parallel:matrix` job per runner label that extends one (`tags:` the labels; the
+    targets without one run untagged, on the shared runners). A target that is not pushed builds and tests in one job; a
+    pushed one builds and pushes on the CPU runners (stage build), then a job on its own runner pulls the pushed digest,
+    from the build job's envkit-push-TARGET.json artifact, and tests it (stage test). GPU jobs start with the GPU gate."""
+    junit = {"junit": ["selftest-$TARGET.xml", "doctor-$TARGET.xml"]}
+    artifacts = {"when": "always", "reports": junit, "paths": ["envkit-build-$TARGET.json"]}
+    here = [t for t in p.targets if not pushes(t)]
+    pushed = [t for t in p.targets if pushes(t)]
+    doc: dict[str, Any] = {"stages": ["build", "test"] if pushed else ["build"]}
+    setup = install_commands(install)
+    test_here = _commands(p.path, "$TARGET", "$IMAGE")
+    if any(t.name not in gpu for t in here):
+        doc[".envkit-build"] = _gitlab_hidden("build", False, [*setup, *test_here], copy.deepcopy(artifacts))
+    if any(t.name in gpu for t in here):
+        doc[".envkit-gpu"] = _gitlab_hidden("build", True, [_GPU_GATE, *setup, *test_here], copy.deepcopy(artifacts))
+    if pushed:
+        build_push = [*setup, _build_command(p.path, "$TARGET"), _push_command("$TARGET", "$IMAGE")]
+        doc[".envkit-push"] = _gitlab_hidden("build", False, build_push,
+                                             {"paths": ["envkit-build-$TARGET.json", "envkit-push-$TARGET.json", SBOM_DIR]})
+        test_pulled = [*setup, _pull_ref("$TARGET"), *_test_commands("$TARGET", '"$PULL"')]
+        reports = {"when": "always", "reports": junit}
+        if any(t.name not in gpu for t in pushed):
+            doc[".envkit-test"] = _gitlab_hidden("test", False, test_pulled, copy.deepcopy(reports))
+        if any(t.name in gpu for t in pushed):
+            doc[".envkit-gpu-test"] = _gitlab_hidden("test", True, [_GPU_GATE, *test_pulled], copy.deepcopy(reports))
+    _gitlab_jobs(doc, "envkit-build", _groups(here, labels, gpu), {False: ".envkit-build", True: ".envkit-gpu"})
+    if pushed:
+        _gitlab_jobs(doc, "envkit-push", _groups(pushed, {t.name: p.ci.runner for t in pushed}, {}), {False: ".envkit-push", True: ""})
+        _gitlab_jobs(doc, "envkit-test", _groups(pushed, labels, gpu), {False: ".envkit-test", True: ".envkit-gpu-test"})
     return doc
 
 
@@ -251,8 +354,15 @@ def bake(p: Project, contexts: str, machines: Optional[Mapping[str, tuple[str, .
                 "platforms": [PLATFORM_OF[machine]],
                 "network": "none" if t.offline else "default",
                 "labels": {"io.envkit.target": t.name},
+                **(_registry_cache(t.image) if pushes(t) else {}),
             }
     return {"group": {"default": {"targets": list(targets)}}, "target": targets}
+
+
+def _registry_cache(image: str) -> dict[str, list[str]]:
+    """buildx's registry cache beside a pushed image: REPO:buildcache, every stage's layers (mode=max)."""
+    repo = image.rpartition(":")[0] if ":" in image.split("/")[-1] else image
+    return {"cache-from": [f"type=registry,ref={repo}:buildcache"], "cache-to": [f"type=registry,ref={repo}:buildcache,mode=max"]}
 
 
 def plain(p: Project) -> dict[str, Any]:
@@ -304,6 +414,8 @@ def export(p: Project, fmt: str, contexts: str = "envkit-contexts", install: Opt
     header = f"# Generated by envkit matrix export --format {fmt}; regenerate, do not edit.\n"
     if fmt == "gitlab" and gpu:
         header += "".join(f"# {line}\n" for line in _wrap(GITLAB_GPU_RUNNER))
+    if any(pushes(t) for t in p.targets):
+        header += "".join(f"# {line}\n" for line in _wrap(REGISTRY_LOGIN[fmt]))
     return header + yaml_dump(github(p, install, labels, gpu) if fmt == "github" else gitlab(p, install, labels, gpu))
 
 

@@ -1087,12 +1087,68 @@ def deep(timeout: float = DEEP_TIMEOUT) -> dict:
     return json.loads(lines[-1])
 
 
+# ---------------------------------------------------------------- the inventory: every package installed (the SBOM's facts)
+
+def parse_dpkg_status(text: str) -> list:
+    """dpkg's status database (/var/lib/dpkg/status, deb822 stanzas): each package's name, version, architecture,
+    source package and its state (the third word of Status: installed, config-files, half-installed...)."""
+    out = []
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict = {}
+        for line in stanza.splitlines():
+            m = re.match(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.*)$", line)
+            if m:
+                fields[m.group(1).lower()] = m.group(2).strip()
+        if not fields.get("package") or not fields.get("version"):
+            continue
+        status = fields.get("status", "").split()
+        source = fields.get("source", "").split(" ")[0] or None
+        out.append({"name": fields["package"], "version": fields["version"], "arch": fields.get("architecture", ""),
+                    "source": source, "state": status[2] if len(status) == 3 else "unknown"})
+    return out
+
+
+def _metadata_fields(path: str) -> dict:
+    """A dist-info's METADATA (an egg-info's PKG-INFO) headers Name and Version, and who installed it (INSTALLER)."""
+    out: dict = {}
+    meta = next((f for f in (os.path.join(path, "METADATA"), os.path.join(path, "PKG-INFO"), path) if os.path.isfile(f)), None)
+    if meta:
+        with open(meta, errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                if key in ("Name", "Version") and key.lower() not in out:
+                    out[key.lower()] = value.strip()
+    installer = _read(os.path.join(path, "INSTALLER"), 256) if os.path.isdir(path) else None
+    if installer and installer.strip():
+        out["installer"] = installer.strip()
+    return out
+
+
+def inventory() -> dict:
+    """Every Python distribution this interpreter sees (first found on sys.path wins, as pip list shows them) and every
+    package dpkg's database holds, with the OS they belong to: what an SBOM of this image lists."""
+    dists = []
+    for key, (name, version, path) in sorted(distributions().items()):
+        meta = _metadata_fields(path)
+        dists.append({"name": meta.get("name") or name, "version": meta.get("version") or version,
+                      "installer": meta.get("installer"), "path": path})
+    rel = parse_os_release(_read("/etc/os-release") or _read("/usr/lib/os-release") or "")
+    status = _read("/var/lib/dpkg/status", 1 << 28)
+    return {"python": {"executable": sys.executable, "prefix": sys.prefix, "version": sys.version.split()[0], "distributions": dists},
+            "os": {"id": rel.get("ID"), "version_id": rel.get("VERSION_ID"), "codename": rel.get("VERSION_CODENAME"),
+                   "machine": os.uname().machine},
+            "dpkg": None if status is None else parse_dpkg_status(status)}
+
+
 # ---------------------------------------------------------------- the record: its sections, collected concurrently
 
 # section -> its collector's name (looked up when collect() runs, so that a test's stand-in is the one called);
 # the host's sections and the interpreter's ("python", and "deep" with --deep)
 SECTIONS = ("nvidia", "amd", "toolkit", "python", "os", "cpu", "numa", "compilers", "env")
-COLLECTORS = {"nvidia": "nvidia", "amd": "amd", "toolkit": "toolkits", "python": "python_stack", "os": "os_facts",
+ON_REQUEST = ("inventory",)  # sections collected only when named (--section inventory): not part of a host's record
+COLLECTORS = {"inventory": "inventory", "nvidia": "nvidia", "amd": "amd", "toolkit": "toolkits", "python": "python_stack", "os": "os_facts",
               "cpu": "cpu_facts", "numa": "numa_facts", "compilers": "compilers", "env": "env_facts"}
 SECTION_TIMEOUT = 60.0  # seconds collect() waits for a section (nvidia-smi and the ROCm tools may take 20 s each)
 
@@ -1122,10 +1178,11 @@ def sections_of(sections: Any) -> tuple[str, ...]:
     wanted: set = set()
     for item in [sections] if isinstance(sections, str) else list(sections):
         wanted.update(x.strip() for x in str(item).split(",") if x.strip())
-    unknown = sorted(wanted - set(SECTIONS))
+    known = SECTIONS + ON_REQUEST
+    unknown = sorted(wanted - set(known))
     if unknown or not wanted:
-        raise ValueError(f"unknown probe section {', '.join(unknown) or '(none given)'}: the sections are {', '.join(SECTIONS)}")
-    return tuple(s for s in SECTIONS if s in wanted)
+        raise ValueError(f"unknown probe section {', '.join(unknown) or '(none given)'}: the sections are {', '.join(known)}")
+    return tuple(s for s in known if s in wanted)
 
 
 def collect(deep_mode: bool = False, sections: Any = None) -> dict:
@@ -1145,7 +1202,7 @@ def collect(deep_mode: bool = False, sections: Any = None) -> dict:
     return facts
 
 
-USAGE = "usage: probe.py [--deep] [--section NAME[,NAME...]]...   sections: " + ", ".join(SECTIONS)
+USAGE = "usage: probe.py [--deep] [--section NAME[,NAME...]]...   sections: " + ", ".join(SECTIONS + ON_REQUEST)
 
 
 def main(argv: list[str]) -> int:

@@ -134,6 +134,10 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
             "Podman or docker buildx; repeatable)", kind='list', metavar='ID=FILE'),
         Opt('export_wheels', ('--export-wheels',), 'copy the wheels the build stage compiled (flash-attn, csrc kernels) into DIR, a new or '
             'empty directory, with their sha256 in DIR/SHA256SUMS', metavar='DIR'),
+        Opt('sbom_dir', ('--sbom-dir',), "where the image's SBOM (IMAGE.cdx.json, CycloneDX 1.6) and provenance (IMAGE.intoto.json, "
+            "SLSA v1) are written; the image carries the SBOM's sha256 as its io.envkit.sbom.sha256 label", default='envkit-sbom',
+            metavar='DIR'),
+        Opt('no_sbom', ('--no-sbom',), 'write no SBOM or provenance, and leave no SBOM label', kind='flag'),
         HOST_FACTS,
         JSON.helped('print a JSON summary (the log goes to stderr)'),
         MATRIX,
@@ -221,6 +225,8 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
         Opt('to', ('--to',), "where: the site's registry, repository and tag", required=True, metavar='REGISTRY/REPO[:TAG]'),
         Opt('username', ('--username',), "the registry login's user", envvar='ENVKIT_REGISTRY_USER'),
         Opt('password_stdin', ('--password-stdin',), 'read the password from stdin (else ENVKIT_REGISTRY_PASSWORD)', kind='flag'),
+        Opt('lock_tag', ('--lock-tag',), "also push REPO:lock-<12 hex of the image's lock sha256>, a tag only that lock's build gets, "
+            "unless the registry holds it already (then it stays)", kind='flag'),
         JSON.helped('print the pushed reference and digest as JSON'),
     ),
     'compare': (

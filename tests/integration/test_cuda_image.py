@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sbom_check import check_sbom, prop
 from schema_check import valid_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def cuda_build(tmp_path_factory, docker_engine):
     try:
         # --no-cache: every step runs and prints what it did, whatever layers an earlier run left on the engine
         b = envkit("build", "--offline", "--bundle", str(bundle), "--tag", TAG, "--no-cache", "--export-wheels", str(export),
-                   "--json")
+                   "--json", "--sbom-dir", str(tmp / "sbom"))
         assert docker("image", "inspect", BASE).returncode == 0, "the build did not load the bundle's base image back"
         assert b.returncode == 0, b.stderr[-6000:]
         yield bundle, valid_json(b.stdout, "build"), export, b.stderr
@@ -117,6 +118,23 @@ def test_export_wheels_writes_the_compiled_wheel_with_its_sha256(cuda_build):
 
     with zipfile.ZipFile(path) as z:  # a real extension module for CPython 3.12
         assert any(n.startswith("rotary_emb") and n.endswith(".so") for n in z.namelist())
+
+
+def test_the_sbom_lists_pip_and_dpkg_inside_the_image_and_the_kernel_with_its_sdist_and_settings(cuda_build):
+    bundle, doc, export, _ = cuda_build
+    sbom = check_sbom(TAG, Path(doc["sbom"]["sbom"]).parent, bundle)
+    by_name = {c["name"]: c for c in sbom["components"]}
+    kernel = by_name["rotary_emb"]
+    wheel = doc["exported_wheels"]["wheels"][0]
+    assert kernel["hashes"] == [{"alg": "SHA-256", "content": wheel["sha256"]}]  # the compiled wheel, as exported
+    assert prop(kernel, "envkit:kind") == "kernel" and prop(kernel, "envkit:build.arch-list") == "9.0"
+    assert prop(kernel, "envkit:build.nvcc-wheel") == "13.0.88" and prop(kernel, "envkit:build.torch") == "2.11.0+cu130"
+    sdist = prop(kernel, "envkit:built-from")
+    assert sdist.startswith("pkg:pypi/flash-attn@2.7.4.post1?checksum=sha256:")
+    assert sdist.endswith("&file_name=flash_attn-2.7.4.post1.tar.gz")
+    source = by_name["flash-attn"]
+    assert source["purl"] == sdist and source["hashes"][0]["content"] == sha256(bundle / "sources" / "flash_attn-2.7.4.post1.tar.gz")
+    assert by_name["torch"]["purl"] == "pkg:pypi/torch@2.11.0" and "hashes" in by_name["torch"]
 
 
 def test_inspect_reads_the_solution_back_from_the_image(cuda_build):

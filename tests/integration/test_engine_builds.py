@@ -7,14 +7,14 @@ import json
 import shutil
 import subprocess
 import sys
+from functools import partial
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-
-from servers import apt_mirror_handler, image_apt_origin, serve, write_simple_index
-from functools import partial
-from http.server import SimpleHTTPRequestHandler
+from sbom_check import check_sbom, prop
 from schema_check import valid_json
+from servers import apt_mirror_handler, image_apt_origin, serve, write_simple_index
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "docker.io/library/debian:bookworm-slim"
@@ -48,11 +48,20 @@ def bundle(engine, tmp_path_factory):
     return out
 
 
-def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selftest(bundle):
+@pytest.fixture(scope="module")
+def offline_build(bundle, tmp_path_factory):
+    """The bundle built offline, from nothing cached: (the build's process, its SBOM directory)."""
     docker("rmi", "envkit-test/cpu:offline")
     assert docker("rmi", BASE).returncode == 0  # the build must load the base image from the bundle
-    p = envkit("build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:offline", "--no-cache", "--json")
+    sbom_dir = tmp_path_factory.mktemp("sbom")
+    p = envkit("build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:offline", "--no-cache", "--json",
+               "--sbom-dir", str(sbom_dir))
     assert p.returncode == 0, p.stderr[-4000:]
+    return p, sbom_dir
+
+
+def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selftest(bundle, offline_build):
+    p, _ = offline_build
     doc = valid_json(p.stdout, "build")
     assert doc["network"] == "none" and doc["image"] == "envkit-test/cpu:offline"
     assert [s["name"] for s in doc["stages"]] == ["build", "runtime"]
@@ -65,6 +74,21 @@ def test_offline_bundle_builds_with_the_network_off_and_the_image_runs_its_selft
     assert s.returncode == 0, s.stderr
     result = valid_json(s.stdout, "selftest")
     assert result["ok"] and result["torch"] == "2.13.0+cpu" and result["decode"]["tokens_per_s"] > 0
+
+
+def test_the_images_sbom_lists_what_pip_and_dpkg_report_inside_it_with_the_bundles_hashes(bundle, offline_build):
+    p, sbom_dir = offline_build
+    built = valid_json(p.stdout, "build")
+    assert built["sbom"]["sbom"] == str(sbom_dir / "envkit-test_cpu_offline.cdx.json")
+    doc = check_sbom("envkit-test/cpu:offline", sbom_dir, bundle)
+    assert built["sbom"]["components"] == len(doc["components"]) and built["id"] == docker(
+        "image", "inspect", "-f", "{{.Id}}", "envkit-test/cpu:offline").stdout.strip()
+    by_name = {c["name"]: c for c in doc["components"]}
+    torch = by_name["torch"]
+    assert torch["purl"] == "pkg:pypi/torch@2.13.0%2Bcpu" and prop(torch, "envkit:carried").startswith("wheelhouse/torch-2.13.0+cpu-")
+    assert prop(by_name["python3.11"], "envkit:carried").startswith("debs/runtime/python3.11_")  # installed from the bundle
+    assert prop(by_name["apt"], "envkit:base-image") == BASE and "hashes" not in by_name["apt"]  # the base image's own
+    assert "hashes" not in by_name["pip"]  # the venv's pip came with Debian's python3-pip-whl, not as a carried wheel
 
 
 def test_selftest_in_an_image_without_transformers_names_what_is_missing(bundle, tmp_path):
@@ -138,7 +162,7 @@ def test_mirror_mode_builds_against_loopback_apt_and_pip_mirrors_only(bundle, tm
     assert s.returncode == 0 and valid_json(s.stdout, "selftest")["decode"]["tokens_per_s"] > 0
 
 
-def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bundle):
+def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bundle, tmp_path):
     import os
 
     sock = "/tmp/podman.sock"
@@ -146,8 +170,9 @@ def test_podman_builds_the_same_bundle_through_its_docker_compatible_socket(bund
     subprocess.run(["podman", "rmi", "-f", "envkit-test/cpu:podman", BASE], capture_output=True, timeout=300)
     env = {**os.environ, "DOCKER_HOST": f"unix://{sock}"}
     p = subprocess.run([sys.executable, "-m", "envkit", "build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:podman",
-                        "--json"], capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
+                        "--json", "--sbom-dir", str(tmp_path)], capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-4000:]
+    check_sbom("envkit-test/cpu:podman", tmp_path, bundle, cli="podman")  # the label build and the probe through Podman too
     doc = valid_json(p.stdout, "build")
     assert doc["network"] == "none" and [s["name"] for s in doc["stages"]] == ["build", "runtime"]
     assert "docker load images/" in p.stderr

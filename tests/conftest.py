@@ -25,7 +25,8 @@ SLOW = frozenset({
     "test_hardening_serving", "test_k8s", "test_matrix_loader", "test_matrix_mutations", "test_matrix_sweep",
     "test_schemas", "test_serving", "test_sweep_hardening",
 })
-IMAGE_LANE = frozenset({"test_engine_builds", "test_fastllm_image", "test_lock_roundtrip", "test_secret_builds", "test_serving_image"})
+IMAGE_LANE = frozenset({"test_engine_builds", "test_fastllm_image", "test_lock_roundtrip", "test_pipeline_run", "test_secret_builds",
+                        "test_serving_image"})
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,28 @@ def vllm_server(tmp_path_factory, tiny_model):
 @pytest.fixture(scope="session")
 def fastllm_server(tmp_path_factory, tiny_model):
     yield from serving_env.fastllm_server(tmp_path_factory.mktemp("fastllm"), tiny_model)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Debian's docker-registry (the CNCF distribution registry) on a free loopback port."""
+    exe = shutil.which("docker-registry")
+    assert exe, "docker-registry is missing: ./scripts/test.sh installs it (apt-get install docker-registry)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\n"
+                   f"http:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

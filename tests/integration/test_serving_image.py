@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -114,31 +113,6 @@ def test_a_rebuild_with_other_server_arguments_leaves_the_weights_layer_as_it_wa
     copies = [i for i, step in enumerate(history) if "COPY" in step and "/opt/envkit/model" in step]
     assert len(copies) == 1 and all("COPY" not in step and "RUN" not in step for step in history[len(base):copies[0]])
     assert "max-model-len=256" in " ".join(json.loads(docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", f"{TAG}-args").stdout))
-
-
-@pytest.fixture
-def registry(tmp_path):
-    """Debian's docker-registry (the CNCF distribution registry) on a free loopback port."""
-    exe = shutil.which("docker-registry")
-    assert exe, "docker-registry is missing: ./scripts/test.sh installs it (apt-get install docker-registry)"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cfg = tmp_path / "config.yml"
-    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'store'}\n"
-                   f"http:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_push_to_a_registry_pull_back_by_digest_and_inspect_shows_the_model(served_image, registry):

@@ -186,3 +186,43 @@ def test_a_source_build_carries_the_sdist_by_the_purl_its_row_cites():
     (item,) = [c for c in g.plan.carried if c.path == "sources/flash_attn-2.7.4.post1.tar.gz"]
     ref = parse_pypi(item.origin)
     assert ref is not None and ref.file_name == "flash_attn-2.7.4.post1.tar.gz" and ref.sha256 and len(ref.sha256) == 64
+
+
+def test_a_mirror_build_fetches_the_sdist_it_compiles_through_the_sites_index_and_a_dry_run_only_names_it(tmp_path, monkeypatch):
+    """Newcomer review 3, D5: `build --mirror` has no bundle, so the sdist its build stage compiles comes through the
+    site's pip index, checked by the sha256 its purl cites; a dry run fetches nothing and the preflight says what the
+    build will fetch; a file already there that is not the cited one is named, never passed as a manifest check."""
+    from envkit.app.build import carried_problem, prepare_carried
+    from envkit.app.reporter import Silent
+    from envkit.core.preflight import Facts, judge
+
+    monkeypatch.chdir(ROOT)
+    sdist = _stand_in_sdist(tmp_path / "dists")
+    sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    index_root = tmp_path / "index"
+    (index_root / "files").mkdir(parents=True)
+    (index_root / "files" / sdist.name).write_bytes(sdist.read_bytes())
+    (index_root / "simple" / "flash-attn").mkdir(parents=True)
+    (index_root / "simple" / "flash-attn" / "index.html").write_text(f'<a href="../../files/{sdist.name}#sha256={sha}">{sdist.name}</a>\n')
+    server_, seen = _index_server(index_root)
+    context = tmp_path / "ctx"
+    (context / "sources").mkdir(parents=True)
+    with server_ as server:
+        plan, item = _sdist_plan(f"http://127.0.0.1:{server.server_port}/simple", sha)
+        (context / item.path).write_bytes(b"abcdef")  # a stand-in someone put there
+        bad = carried_problem(context, item.path, item.what, item.origin)
+        assert len(bad) == 1 and f"not the {sha} its origin" in bad[0]
+        assert prepare_carried(plan, context, True, Silent()) == (item.path,) and seen == []  # the dry run asks nothing
+        assert prepare_carried(plan, context, False, Silent()) == ()
+    assert seen == ["/simple/flash-attn/", f"/files/{sdist.name}"]
+    assert hashlib.sha256((context / item.path).read_bytes()).hexdigest() == sha
+    assert carried_problem(context, item.path, item.what, item.origin) == ()
+    facts = dict(context=str(context), engine_error=None, free_disk=None, engine_memory=None, need_disk=0, max_jobs=None,
+                 nvcc_threads=1, compiles=False, offline=False)
+    refused = judge(Facts(bundle_problems=bad, **facts))[0]
+    assert (refused.name, refused.ok) == ("context", False) and "manifest" not in refused.detail + refused.fix
+    assert "from your mirror" in refused.fix and "envkit bundle" not in refused.fix
+    shown = judge(Facts(bundle_problems=(), to_fetch=(item.path,), **facts))[0]
+    assert shown.ok and shown.detail == f"the build fetches through the site first (sha256 checked): {item.path}"
+    offline = judge(Facts(bundle_problems=("missing: x",), **{**facts, "offline": True}))[0]
+    assert offline.name == "bundle" and "re-run envkit bundle" in offline.fix

@@ -16,7 +16,7 @@ from envkit.adapters.engine import Engine, SecretFiles
 from envkit.adapters.fetch import sha256_file, sha256sums
 from envkit.adapters.image_build import BuildResult, check_build_secrets, engine_resources, load_images, stream_build
 from envkit.app.attest import Attested, attest, now
-from envkit.app.bundle import make_bundle
+from envkit.app.bundle import fetch_carried, fetchable, make_bundle
 from envkit.app.generate import Generated, generate, generate_pip, write_context
 from envkit.app.lock import check_bundle, check_mirror_build
 from envkit.app.reporter import Reporter, Silent
@@ -29,6 +29,7 @@ from envkit.errors import ExternalError, InputError, PreflightError
 from envkit.model.flags import ResolveFlags
 from envkit.model.plan import COMPILED_WHEELS, BuildPlan, Options, PlanDocument, ToolkitSource
 from envkit.model.project import Project, Target
+from envkit.model.purl import parse_pypi
 from envkit.model.solution import SolutionRecord, Unsolved
 
 NETWORKS = ("bridge", "host")
@@ -132,11 +133,11 @@ def read_solution(context: Path) -> SolutionRecord:
                          "regenerate the context (envkit generate or envkit bundle)") from None
 
 
-def collect(context: Path, *, offline: bool,
-            plan: Optional[PlanDocument] = None) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
+def collect(context: Path, *, offline: bool, plan: Optional[PlanDocument] = None,
+            to_fetch: tuple[str, ...] = ()) -> tuple[Facts, Optional[Engine], Optional[PlanDocument]]:
     """The preflight's facts, the engine (None when it does not answer) and the context's plan (`plan`: the one just
     written there; None only when a bundle's own Dockerfile or plan is missing or unreadable: then the bundle check
-    names it and refuses)."""
+    names it and refuses). `to_fetch`: carried files a mirror build's dry run would fetch (not missing, then)."""
     bundle_problems = tuple(verify(context)) if offline and (context / MANIFEST).is_file() else None
     try:
         plan = plan or read_plan(context)
@@ -151,7 +152,7 @@ def collect(context: Path, *, offline: bool,
             raise InputError(f"{context} was generated for network builds, not offline", "make it with envkit bundle")
         problems = bundle_problems if bundle_problems is not None else tuple(verify(context))
     else:
-        problems = tuple(f"missing: {c.path} ({c.what}; from {c.origin})" for c in plan.context if not (context / c.path).exists())
+        problems = tuple(p for c in plan.context if c.path not in to_fetch for p in carried_problem(context, c.path, c.what, c.origin))
     size = sum(p.stat().st_size for p in context.rglob("*") if p.is_file())
     engine, engine_error = None, None
     try:
@@ -161,8 +162,31 @@ def collect(context: Path, *, offline: bool,
     disk, mem = engine_resources(engine) if engine is not None else (None, None)
     facts = Facts(str(context), problems, engine_error, disk, mem, need_disk=3 * size + 2 * GB,
                   max_jobs=None if plan is None else plan.max_jobs, nvcc_threads=(None if plan is None else plan.nvcc_threads) or 1,
-                  compiles=False if plan is None else plan.compiles_kernels)
+                  compiles=False if plan is None else plan.compiles_kernels, offline=offline, to_fetch=to_fetch)
     return facts, engine, plan
+
+
+def carried_problem(context: Path, path: str, what: str, origin: str) -> tuple[str, ...]:
+    """What is wrong with one file a mirror build's context carries: missing, or not the sha256 its purl cites."""
+    f = context / path
+    if not f.exists():
+        return (f"missing: {path} ({what}; from {origin})",)
+    ref = parse_pypi(origin) if origin.startswith("pkg:pypi/") else None
+    if ref is not None and ref.sha256 and f.is_file():
+        have = sha256_file(f)
+        if have != ref.sha256:
+            return (f"{path} has sha256 {have}, not the {ref.sha256} its origin {origin} cites",)
+    return ()
+
+
+def prepare_carried(plan: BuildPlan, context: Path, dry_run: bool, reporter: Reporter) -> tuple[str, ...]:
+    """A mirror build's carried files: fetched through the site into the context (not on a dry run: then the paths it
+    would fetch, for the preflight to show)."""
+    if dry_run:
+        return tuple(c.path for c in plan.carried if fetchable(plan, c.path)
+                     and (not (context / c.path).is_file() or carried_problem(context, c.path, c.what, c.origin)))
+    fetch_carried(plan, context, reporter.say, reporter.transfer)
+    return ()
 
 
 def check_options(network: str, tag: Optional[str]) -> None:
@@ -200,9 +224,10 @@ def build(req: BuildRequest, reporter: Reporter = Silent()) -> Outcome:
         if req.locked:  # checked before the context is written
             check_mirror_build(g.plan, req.lock, reporter.say)
         made = write_context(g, req.out)
+        to_fetch = prepare_carried(g.plan, Path(req.out), req.dry_run, reporter)
         return build_context(Path(req.out), offline=False, tag=req.tag, network=req.network, no_cache=req.no_cache,
                              dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels, made=made,
-                             sbom_dir=req.sbom_out())
+                             sbom_dir=req.sbom_out(), to_fetch=to_fetch)
     return build_context(context, offline=req.offline, tag=req.tag, network=req.network, no_cache=req.no_cache,
                          dry_run=req.dry_run, reporter=reporter, secrets=req.secrets, export_wheels=req.export_wheels,
                          sbom_dir=req.sbom_out())
@@ -247,6 +272,7 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
     """One project target; the options were checked where the request came in (load_project)."""
     flags = ResolveFlags.from_mapping(t.flag_dict())
     serving = None if t.serve is None else prepare(ServeRequest(t.serve.model, t.serve.name, t.serve.args, t.serve.mount), reporter.say)
+    to_fetch: tuple[str, ...] = ()
     if t.offline:
         bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter, serving=serving)
         if isinstance(bundled, Unsolved):
@@ -258,8 +284,10 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
         if isinstance(g, Unsolved):
             return g
         context = Path(f"envkit-build/{t.name}")
+        if isinstance(g.plan, BuildPlan):  # a container engine's context carries nothing to fetch
+            to_fetch = prepare_carried(g.plan, context, dry_run, reporter)
     return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
-                         reporter=reporter, secrets=secrets, export_wheels=export_wheels, sbom_dir=sbom_dir)
+                         reporter=reporter, secrets=secrets, export_wheels=export_wheels, sbom_dir=sbom_dir, to_fetch=to_fetch)
 
 
 def check_export_dir(export_wheels: Optional[str], plan: Optional[PlanDocument]) -> Optional[Path]:
@@ -316,11 +344,11 @@ def export_compiled_wheels(engine: Engine, stage_image: str, dest: Path, reporte
 def build_context(context: Path, *, offline: bool, tag: Optional[str], network: str, no_cache: bool, dry_run: bool,
                   reporter: Reporter = Silent(), secrets: tuple[str, ...] = (),
                   export_wheels: Optional[str] = None, made: Optional[Generated] = None,
-                  sbom_dir: Optional[str] = None) -> Union[Built, DryRun]:
+                  sbom_dir: Optional[str] = None, to_fetch: tuple[str, ...] = ()) -> Union[Built, DryRun]:
     """Preflight, then build and tag; a refused preflight raises PreflightError after reporting its checks. `made`: the
     context generate just wrote, whose plan and solution are taken as they are instead of read back from the files."""
     reporter.phase("build")
-    facts, engine, plan = collect(context, offline=offline, plan=None if made is None else made.plan.document())
+    facts, engine, plan = collect(context, offline=offline, plan=None if made is None else made.plan.document(), to_fetch=to_fetch)
     dest = check_export_dir(export_wheels, plan)
     checks = judge(facts)
     reporter.preflight(checks)

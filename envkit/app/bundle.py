@@ -117,6 +117,23 @@ def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         say(f"{'fetched' if fetched else 'have'} {item.path} (sha256 verified)")
 
 
+def fetchable(plan: BuildPlan, item_path: str) -> bool:
+    """A carried file fetch_carried gets: a source archive, or a wheel its purl names with its sha256."""
+    if item_path.startswith("sources/"):
+        return True
+    item = next((c for c in plan.carried if c.path == item_path), None)
+    return item is not None and item_path.startswith("wheelhouse/") and _pypi_file(item.origin) is not None
+
+
+def fetch_carried(plan: BuildPlan, out: Path, say: Say, progress_factory: Callable[[str], ContextManager[Tick]]) -> list[str]:
+    """A mirror build's carried files (the sources it compiles, the wheels PyPI serves by file) fetched into its context
+    through the site's index and rewrites, as bundle fetches them, each checked by sha256; the paths fetched."""
+    report = BundleReport(out)
+    fetch_sources(plan, out, report, say, progress_factory)
+    fetch_pypi_files(plan, out, report, say, progress_factory)
+    return report.downloaded
+
+
 def fetch_wheels(plan: BuildPlan, osr: OsRelease, out: Path, find_links: tuple[str, ...], report: BundleReport, say: Say) -> None:
     dest = out / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ GB_PER_NVCC_JOB = 5
 @dataclass(frozen=True)
 class Facts:
     context: str
-    bundle_problems: tuple[str, ...]       # from bundle.verify, or missing carried files in mirror mode
+    bundle_problems: tuple[str, ...]       # from bundle.verify; in mirror mode, carried files missing or not the cited sha256
     engine_error: Optional[str]            # None when the engine answers
     free_disk: Optional[int]               # bytes free where the engine keeps images; None: unknown (remote engine)
     engine_memory: Optional[int]           # bytes
@@ -23,6 +23,8 @@ class Facts:
     max_jobs: Optional[int]                # planned nvcc jobs (None: derived at build time)
     nvcc_threads: int
     compiles: bool
+    offline: bool = True                   # a bundle's build; False: against the site's mirrors (a generated context)
+    to_fetch: tuple[str, ...] = ()         # mirror mode: carried files the build fetches through the site before it starts
 
 
 @dataclass(frozen=True)
@@ -34,9 +36,7 @@ class Check:
 
 
 def judge(f: Facts) -> list[Check]:
-    checks = [Check("bundle", not f.bundle_problems,
-                    "every file present and matching the manifest" if not f.bundle_problems else "; ".join(f.bundle_problems),
-                    "" if not f.bundle_problems else "re-run envkit bundle on the connected machine and carry the bundle again")]
+    checks = [_carried(f)]
     checks.append(Check("engine", f.engine_error is None, f.engine_error or "answers",
                         "" if f.engine_error is None else "start Docker or Podman's service and point DOCKER_HOST at its socket"))
     if f.free_disk is not None:
@@ -51,6 +51,21 @@ def judge(f: Facts) -> list[Check]:
                             f"at ~{GB_PER_NVCC_JOB} GB each (needs {need / GB:.0f} GB)",
                             "" if ok else f"lower --max-jobs to {max(1, int(f.engine_memory // (GB_PER_NVCC_JOB * GB * f.nvcc_threads)))}"))
     return checks
+
+
+def _carried(f: Facts) -> Check:
+    """The files the context carries: a bundle's against its manifest; a mirror build's against the sha256 they cite."""
+    if f.offline:
+        return Check("bundle", not f.bundle_problems,
+                     "every file present and matching the manifest" if not f.bundle_problems else "; ".join(f.bundle_problems),
+                     "" if not f.bundle_problems else "re-run envkit bundle on the connected machine and carry the bundle again")
+    if f.bundle_problems:
+        return Check("context", False, "; ".join(f.bundle_problems),
+                     f"put the file the plan names in {f.context}/ (from your mirror, with the sha256 its origin cites), or let "
+                     "envkit build fetch it through the site's pip index (without --dry-run)")
+    if f.to_fetch:
+        return Check("context", True, "the build fetches through the site first (sha256 checked): " + ", ".join(f.to_fetch))
+    return Check("context", True, "every carried file present (sha256 checked where its origin cites one)")
 
 
 KNOWN_FAILURES = (

@@ -363,3 +363,37 @@ def test_a_sweep_url_with_a_login_is_refused_without_showing_it():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "carries a login" in p.stderr and "--api-key" in p.stderr
     assert "S3CRET" not in p.stderr + p.stdout
+
+
+def test_the_sweep_reports_what_vllm_bench_serve_users_expect():
+    """Newcomer review 3, D17: the first column is the concurrency; medians beside means and P99s; the document says which
+    envkit ran it, when, how many requests per level and what each figure means; the OpenAI SDKs' base_url habit
+    (…/v1) sweeps the server it names instead of failing on a doubled /v1; P99 of few requests is said to be near the max."""
+    from rich.console import Console
+
+    from envkit.app.sweep import SweepRequest, serving_sweep
+    from envkit.ui.plot import sweep_title
+    from envkit.ui.report import print_sweep
+    from schema_check import valid_json
+
+    rs = [RequestResult(True, 8, 3, ttft=t, latency=t + 0.02, itl=[0.01, 0.01]) for t in (0.01, 0.02, 0.03, 0.09)]
+    s = summarize(rs, wall=1.0, concurrency=4)
+    assert (s["median_ttft_ms"], s["p99_ttft_ms"], s["median_tpot_ms"], s["median_latency_ms"]) == (25.0, 88.2, 10.0, 45.0)
+    assert s["median_itl_ms"] == s["p99_itl_ms"] == 10.0
+    said = Said()
+    with serve(_handler()) as srv:
+        result = serving_sweep(SweepRequest(f"openai:http://127.0.0.1:{srv.server_port}/v1", concurrency="1,2", num_prompts=3,
+                                            input_len=4, output_len=3), said)
+    assert result.ok and result.engine == f"http://127.0.0.1:{srv.server_port}"
+    assert any("ends in /v1, which envkit adds to each request itself" in line for line in said.lines)
+    doc = valid_json(json.dumps(result.to_json()), "sweep")
+    assert doc["num_prompts"] == 3 and doc["envkit_version"] and doc["created"].endswith("Z")
+    assert {"ttft_ms", "tpot_ms", "itl_ms", "mean / median / p99"} <= set(doc["definitions"])
+    assert all(lv["median_ttft_ms"] is not None and lv["p99_latency_ms"] is not None for lv in doc["levels"])
+    assert "3 requests per level" in sweep_title(doc) and "input 4, output 3 tokens" in sweep_title(doc)
+    console = Console(record=True, width=160)
+    print_sweep(doc, console)
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "reqs" in line)
+    assert header.replace("┃", " ").split()[0] == "concurrency" and "median TTFT" in header
+    assert "P99 of 3 completed requests lies between the two slowest" in " ".join(text.split())

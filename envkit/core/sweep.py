@@ -9,7 +9,7 @@ import math
 import random
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from envkit.inimage.selftest import jsonl_rows
 
@@ -110,10 +110,17 @@ def summarize(results: list[RequestResult], wall: float, concurrency: int) -> di
         "request_throughput": round(len(ok) / wall, 3) if wall else 0.0,
         "input_throughput": round(in_tokens / wall, 2) if wall else 0.0,
         "output_throughput": round(out_tokens / wall, 2) if wall else 0.0,
-        "mean_ttft_ms": round(statistics.fmean(ttft), 2) if ttft else None,
-        "p99_ttft_ms": round(percentile(ttft, 99), 2) if ttft else None,
-        "mean_tpot_ms": round(statistics.fmean(tpot), 2) if tpot else None,
-        "p99_tpot_ms": round(percentile(tpot, 99), 2) if tpot else None,
-        "mean_itl_ms": round(statistics.fmean(itl), 2) if itl else None,
-        "mean_latency_ms": round(statistics.fmean(lat), 2) if lat else None,
+        "mean_ttft_ms": _mean(ttft), "p99_ttft_ms": _pct(ttft, 99),
+        "mean_tpot_ms": _mean(tpot), "p99_tpot_ms": _pct(tpot, 99),
+        "mean_itl_ms": _mean(itl), "mean_latency_ms": _mean(lat),
+        "median_ttft_ms": _pct(ttft, 50), "median_tpot_ms": _pct(tpot, 50), "median_itl_ms": _pct(itl, 50), "p99_itl_ms": _pct(itl, 99),
+        "median_latency_ms": _pct(lat, 50), "p99_latency_ms": _pct(lat, 99),
     }
+
+
+def _mean(xs: list[float]) -> Optional[float]:
+    return round(statistics.fmean(xs), 2) if xs else None
+
+
+def _pct(xs: list[float], q: int) -> Optional[float]:
+    return round(percentile(xs, q), 2) if xs else None

@@ -4,7 +4,7 @@ with a document of another shape, and writes the same document back through to_j
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Optional
 
 
@@ -70,17 +70,37 @@ class LevelResult:
     p99_tpot_ms: Optional[float]
     mean_itl_ms: Optional[float]
     mean_latency_ms: Optional[float]
+    # vllm bench serve's medians and the rest of its P99s; None in documents written before they were recorded
+    median_ttft_ms: Optional[float] = None
+    median_tpot_ms: Optional[float] = None
+    median_itl_ms: Optional[float] = None
+    p99_itl_ms: Optional[float] = None
+    median_latency_ms: Optional[float] = None
+    p99_latency_ms: Optional[float] = None
 
     @classmethod
     def from_json(cls, doc: Any) -> "LevelResult":
-        names = [f.name for f in fields(cls)]
-        d = _need(doc, "a sweep level", *names)
-        return cls(**{**{k: d[k] for k in names}, "errors": tuple(d["errors"])})
+        needed = [f.name for f in fields(cls) if f.default is MISSING]
+        d = _need(doc, "a sweep level", *needed)
+        optional = {f.name: d[f.name] for f in fields(cls) if f.default is not MISSING and f.name in d}
+        return cls(**{**{k: d[k] for k in needed}, **optional, "errors": tuple(d["errors"])})
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "errors": list(self.errors)}
+        optional = {f.name for f in fields(self) if f.default is not MISSING}
+        return {**{k: v for k, v in asdict(self).items() if k not in optional or v is not None}, "errors": list(self.errors)}
 
 
+SWEEP_DEFINITIONS = (  # what each figure of a level means: vLLM's definitions (benchmarks/serve.py), as envkit measures them
+    ("ttft_ms", "time to first token: from sending the request to the first streamed chunk with text, per request"),
+    ("tpot_ms", "time per output token after the first: (latency - TTFT) / (output tokens - 1), per request of 2 or more tokens"),
+    ("itl_ms", "inter-token latency: the time between consecutive streamed chunks, over every chunk of every request"),
+    ("latency_ms", "end-to-end latency: from sending the request to its last chunk, per request"),
+    ("request_throughput", "completed requests / the level's wall time"),
+    ("input_throughput", "prompt tokens of completed requests / the level's wall time"),
+    ("output_throughput", "output tokens of completed requests / the level's wall time"),
+    ("mean / median / p99", "over the level's completed requests; p99 interpolates linearly between the closest ranks "
+                            "(numpy's default), so with fewer than 100 requests it lies between the two slowest"),
+)
 SWEEP_ENDPOINTS = ("completions", "chat", "generate_stream")  # what a sweep's requests went to: sweep.schema.json's enum
 
 
@@ -94,6 +114,9 @@ class SweepResult:
     levels: tuple[LevelResult, ...]
     request_rate: Optional[float] = None  # requests per second, inf: all at once; None: not recorded (documents before it was)
     endpoint: Optional[str] = None  # completions or chat (OpenAI), generate_stream (Triton); None: not recorded (documents before it was)
+    num_prompts: Optional[int] = None  # requests per level; None: not recorded (documents before it was)
+    envkit_version: Optional[str] = None  # the envkit that ran the sweep; None: not recorded
+    created: Optional[str] = None  # when the sweep ended, UTC, RFC 3339; None: not recorded
 
     @property
     def ok(self) -> bool:
@@ -109,7 +132,8 @@ class SweepResult:
         if endpoint is not None and endpoint not in SWEEP_ENDPOINTS:
             raise ValueError(f"a sweep result's endpoint is one of {', '.join(SWEEP_ENDPOINTS)}")
         return cls(d["engine"], d["model"], d.get("dataset"), d.get("input_len"), d["output_len"],
-                   tuple(LevelResult.from_json(lv) for lv in d["levels"]), None if rate is None else float(rate), endpoint)
+                   tuple(LevelResult.from_json(lv) for lv in d["levels"]), None if rate is None else float(rate), endpoint,
+                   d.get("num_prompts"), d.get("envkit_version"), d.get("created"))
 
     def to_json(self) -> dict[str, Any]:
         doc = {"schema": 1, "engine": self.engine, "model": self.model, "dataset": self.dataset, "input_len": self.input_len,
@@ -118,4 +142,9 @@ class SweepResult:
             doc["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
         if self.endpoint is not None:
             doc["endpoint"] = self.endpoint
+        for key in ("num_prompts", "envkit_version", "created"):
+            if getattr(self, key) is not None:
+                doc[key] = getattr(self, key)
+        if self.envkit_version is not None:
+            doc["definitions"] = dict(SWEEP_DEFINITIONS)
         return doc

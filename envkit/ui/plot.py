@@ -186,7 +186,19 @@ def _series(doc: dict) -> tuple[list[int], list[Optional[float]], list[Optional[
     x = [lv["concurrency"] for lv in levels]
     thr = [lv["output_throughput"] if lv["completed"] else None for lv in levels]
     ttft = [lv["p99_ttft_ms"] if lv["completed"] else None for lv in levels]
-    return x, thr, ttft, f"{doc.get('model', '')} at {doc.get('engine', '')}"
+    return x, thr, ttft, sweep_title(doc)
+
+
+def sweep_title(doc: dict) -> str:
+    """The model, the server and the workload of a sweep document (also one written before the workload was recorded)."""
+    workload = [f"prompts from {doc['dataset']}" if doc.get("dataset") else
+                f"input {doc['input_len']}" if doc.get("input_len") else "", f"output {doc.get('output_len', '?')} tokens"]
+    if doc.get("num_prompts"):
+        workload.append(f"{doc['num_prompts']} requests per level")
+    rate = doc.get("request_rate")
+    if rate not in (None, "inf"):
+        workload.append(f"{rate:g} requests/s")
+    return f"{doc.get('model', '')} at {doc.get('engine', '')} ({', '.join(w for w in workload if w)})"
 
 
 def stdlib_chart(doc: dict) -> bytes:

@@ -531,20 +531,25 @@ def print_sweep(doc: dict, console: Optional[Console] = None) -> None:
     """The sweep's table, then each distinct failure in full. The model, URL and errors came from a server or a file:
     their control characters are escaped (model/redact.py's printable), their markup shown as written."""
     c = console or _console()
-    workload = f"prompts from {doc['dataset']}" if doc.get("dataset") else f"input {doc['input_len']}"
-    t = Table(title=_e(printable(f"serving sweep: {doc['model']} at {doc['engine']} ({workload}, output {doc['output_len']} tokens)")),
-              title_justify="left", header_style="bold", pad_edge=False)
+    from envkit.ui.plot import sweep_title
+
+    t = Table(title=_e(printable(f"serving sweep: {sweep_title(doc)}")), title_justify="left", header_style="bold", pad_edge=False)
     def ms(v) -> str:
         return "-" if v is None else f"{v:.1f}"
 
     rows = [[str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['request_throughput']:.2f}",
-             f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", ms(lv["mean_ttft_ms"]), ms(lv["p99_ttft_ms"]),
-             ms(lv["mean_tpot_ms"]), ms(lv["p99_tpot_ms"])] for lv in doc["levels"]]
-    for i, col in enumerate(("batch", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "P99 TTFT", "TPOT ms", "P99 TPOT")):
+             f"{lv['input_throughput']:.0f}", f"{lv['output_throughput']:.0f}", ms(lv["mean_ttft_ms"]), ms(lv.get("median_ttft_ms")),
+             ms(lv["p99_ttft_ms"]), ms(lv["mean_tpot_ms"]), ms(lv.get("median_tpot_ms")), ms(lv["p99_tpot_ms"])] for lv in doc["levels"]]
+    for i, col in enumerate(("concurrency", "reqs", "fail", "req/s", "in tok/s", "out tok/s", "TTFT ms", "median TTFT", "P99 TTFT",
+                             "TPOT ms", "median TPOT", "P99 TPOT")):
         t.add_column(col, justify="right", min_width=max(len(r[i]) for r in rows))  # headers wrap, figures never do
     for row in rows:
         _row(t, *row)
     c.print(t)
+    few = sorted({lv.get("completed", 0) for lv in doc["levels"] if 1 < lv.get("completed", 0) < 100})
+    if few:
+        c.print(Text(f"P99 of {' or '.join(map(str, few))} completed requests lies between the two slowest (linear interpolation, "
+                     "numpy's and vLLM's); send 100 or more per level (--num-prompts) for a tail figure"), overflow="fold")
     # Each distinct failure in full under the table, wrapped at words, with the levels that met it: a note column
     # squeezed to 5 characters spelled errors vertically at 80 columns (newcomer review D3).
     errors: dict[str, list[str]] = {}

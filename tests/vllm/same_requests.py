@@ -53,11 +53,13 @@ def main(url: str, dataset: str, output_len: str, num_prompts: str, concurrency:
     after = server_counters(url)
     with contextlib.redirect_stdout(io.StringIO()):  # its plotting tip
         metrics, _ = calculate_metrics([], [as_vllm(r) for r in kept], level["duration_s"], None, [99.0], {})
-    percentile = {name: dict(getattr(metrics, f"percentiles_{name}_ms"))[99.0] for name in ("ttft", "tpot")}
+    percentile = {name: dict(getattr(metrics, f"percentiles_{name}_ms"))[99.0] for name in ("ttft", "tpot", "itl", "e2el")}
     vllm = {"completed": metrics.completed, "failed": metrics.failed, "request_throughput": metrics.request_throughput,
             "input_throughput": metrics.total_input / level["duration_s"], "output_throughput": metrics.output_throughput,
             "mean_ttft_ms": metrics.mean_ttft_ms, "p99_ttft_ms": percentile["ttft"], "mean_tpot_ms": metrics.mean_tpot_ms,
-            "p99_tpot_ms": percentile["tpot"], "mean_itl_ms": metrics.mean_itl_ms, "mean_latency_ms": metrics.mean_e2el_ms}
+            "p99_tpot_ms": percentile["tpot"], "mean_itl_ms": metrics.mean_itl_ms, "mean_latency_ms": metrics.mean_e2el_ms,
+            "median_ttft_ms": metrics.median_ttft_ms, "median_tpot_ms": metrics.median_tpot_ms, "median_itl_ms": metrics.median_itl_ms,
+            "p99_itl_ms": percentile["itl"], "median_latency_ms": metrics.median_e2el_ms, "p99_latency_ms": percentile["e2el"]}
     ok = [r for r in kept if r.ok]
     records = {"requests": len(ok), "prompt_tokens": sum(r.prompt_tokens for r in ok),
                "generation_tokens": sum(r.output_tokens for r in ok), "ttft_sum_s": sum(r.ttft for r in ok),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make a base image locally (no registry answers here): debootstrap a minbase rootfs and `docker import` it
-# under the name a plan uses. The rootfs tarball is cached between runs.
+# Make a base image locally (no registry answers here): debootstrap a minbase rootfs with the official image's apt
+# suites (point release, -updates, -security), upgrade it, and `docker import` it under the name a plan uses,
+# labelled io.envkit.local-base so that nobody takes it for the registry's image. The rootfs tarball is cached.
 #   ./scripts/make-base-image.sh                                   Debian 12 (docker.io/library/debian:bookworm-slim)
 #   ./scripts/make-base-image.sh docker.io/library/ubuntu:24.04   Ubuntu 24.04 (the CUDA 13.0 stacks' OS), from
 #                                                                  Ubuntu's archive, checked with Ubuntu's keyring
@@ -36,10 +37,28 @@ if [ ! -s "$CACHE" ]; then
     if [ "$SUITE" = noble ]; then  # the official image's sources (http: minbase has no CA certificates; apt checks the signatures)
         for suite in noble noble-updates noble-security; do echo "deb $MIRROR $suite main universe"; done > "$ROOT/etc/apt/sources.list"
         rm -rf "${DEB:?}"
+    else  # the official image's suites: the point release, -updates and -security
+        HOST_SOURCES=/etc/apt/sources.list.d/debian.sources
+        if [ -s "$HOST_SOURCES" ] && grep -q "^Suites:.*\b$SUITE-security\b" "$HOST_SOURCES"; then
+            cp "$HOST_SOURCES" "$ROOT/etc/apt/sources.list.d/debian.sources"  # this Debian host's own (the official image's layout)
+            rm -f "$ROOT/etc/apt/sources.list"
+        else
+            sed -i "s/^\(deb .* \)$SUITE main$/\1$SUITE main\n\1$SUITE-updates main/" "$ROOT/etc/apt/sources.list"
+            echo "base: no $SUITE-security source on this host to copy: the image gets the point release and -updates only" >&2
+        fi
     fi
+    # the suites' updates, security fixes included, as the official image has them when it is published
+    cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+    chroot "$ROOT" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -y -qq upgrade && apt-get clean' \
+        > /tmp/debootstrap-upgrade.log 2>&1 || { tail -20 /tmp/debootstrap-upgrade.log >&2; exit 1; }
+    : > "$ROOT/etc/resolv.conf"
     rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/*
     tar -C "$ROOT" -cf "$CACHE.part" . && mv "$CACHE.part" "$CACHE"
     rm -rf "$ROOT"
 fi
-docker import --change 'CMD ["/bin/bash"]' "$CACHE" "$REF" > /dev/null
-echo "base: imported $REF ($(docker image inspect -f '{{.Size}}' "$REF") bytes)"
+# It takes the official name because every plan's FROM names it and no registry answers here; the label says what it is.
+docker import --change 'CMD ["/bin/bash"]' \
+    --change "LABEL io.envkit.local-base=\"debootstrap --variant=minbase $SUITE, upgraded (scripts/make-base-image.sh): not the registry's image\"" \
+    "$CACHE" "$REF" > /dev/null
+echo "base: imported $REF ($(docker image inspect -f '{{.Size}}' "$REF") bytes): a local debootstrap image under the official" \
+     "name (label io.envkit.local-base); where a registry answers, docker rmi it and pull the real one"

@@ -57,6 +57,9 @@ def offline_build(bundle, tmp_path_factory):
     p = envkit("build", "--offline", "--bundle", str(bundle), "--tag", "envkit-test/cpu:offline", "--no-cache", "--json",
                "--sbom-dir", str(sbom_dir))
     assert p.returncode == 0, p.stderr[-4000:]
+    left = json.loads(p.stdout)["left_on_engine"]  # the legacy builder kept the build stage's image: said, untagged, there
+    assert [e["stage"] for e in left] == ["build"] and left[0]["size"] > 0
+    assert docker("image", "inspect", "-f", "{{len .RepoTags}}", left[0]["id"]).stdout.strip() == "0"
     return p, sbom_dir
 
 

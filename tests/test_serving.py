@@ -324,7 +324,10 @@ def test_one_selftest_labels_its_two_decoders_and_measures_both_as_1_over_tpot(t
     assert math.isclose(builtin["tokens_per_s"], 1000 / builtin["tpot_ms"], rel_tol=0.02)
     assert builtin["prompt_len"] == 24                                      # --input-len, no longer a fixed 16
     check = next(c for c in doc["checks"] if c["name"] == "decode (built-in decoder)")
-    assert "1/TPOT" in check["detail"] and "not a --shape model" in check["detail"]
+    assert "1/TPOT" in check["detail"] and "--shape models against their roofline" in check["detail"]
+    assert builtin["runs"] == 3 and builtin["tokens_per_s_min"] <= builtin["tokens_per_s"] <= builtin["tokens_per_s_max"]
+    assert builtin["threads"] >= 1 and f"median of 3: {builtin['tokens_per_s_min']}-{builtin['tokens_per_s_max']}" in check["detail"]
+    assert "a smoke figure" in check["detail"] and "TPOT can exceed TTFT" in check["detail"]  # newcomer review 3, D16
     assert all(c["seconds"] >= 0 for c in doc["checks"])                    # JUnit's time (newcomer review D9)
     assert "selftest: {" not in p.stderr and "selftest: tiny hf:" in p.stderr
 

@@ -315,6 +315,11 @@ def print_build(outcome: Union[Built, DryRun], console: Console) -> None:
         _row(t, "exported wheels", _e(folder) + " (SHA256SUMS)")
         for w in wheels:
             _row(t, f"  {_e(w.file)}", f"{w.bytes / 2**20:.1f} MiB  sha256 {w.sha256}")
+    if built.left:
+        _row(t, "left on the engine", f"{built.left_bytes / 2**30:.2f} GiB in {len(built.left)} untagged stage image(s), the next build's "
+             "layer cache: docker image prune removes them")
+        for stage, image_id, size in built.left:
+            _row(t, f"  stage {stage}", f"{image_id}  {size / 2**20:.0f} MiB")
     console.print(t)
 
 
@@ -328,9 +333,11 @@ def print_selftest(doc: dict, image: Optional[str], console: Optional[Console] =
         _row(t, ch["name"], _ok(ch["ok"]), ch["detail"])
     d = doc.get("decode")
     if d:
+        runs = (f", median of {d['runs']} runs ({d['tokens_per_s_min']}-{d['tokens_per_s_max']}), {d['threads']} thread(s)"
+                + (f", load {d['load_1min']}" if d.get("load_1min") is not None else "")) if d.get("runs") else ""
         _row(t, "built-in decoder tokens/s", f"{d['tokens_per_s']}",
              f"{d.get('metric', 'new tokens / total time')}; {d['model']}, batch 1, "
-             f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens")  # not the "tiny" shape's figure (newcomer D4)
+             f"{d['prompt_len']} prompt + {d['new_tokens']} new tokens{runs}; a smoke figure, not a speed verdict")  # not "tiny"'s (D4)
         _row(t, "TTFT / TPOT", f"{d['ttft_ms']} / {d['tpot_ms']} ms", f"on {doc.get('device')}")
     c.print(t)
     if doc.get("models"):

@@ -84,6 +84,8 @@ def test_the_fastllm_image_runs_its_selftest(built):
     assert s.returncode == 0, s.stderr[-3000:]
     result = valid_json(s.stdout, "selftest")
     assert result["ok"] and result["torch"] == "2.13.0+cpu"
+    (engine,) = [c for c in result["checks"] if c["name"] == "engine fastllm"]  # the engine itself, not only torch (D16)
+    assert engine["ok"] and engine["detail"] == "fastllm 1.9.0: import ftllm ok (1.9.0)", engine
 
 
 def test_the_fastllm_image_says_it_is_one_in_its_title_and_description(built):
@@ -91,3 +93,22 @@ def test_the_fastllm_image_says_it_is_one_in_its_title_and_description(built):
     labels = json.loads(docker("image", "inspect", "-f", "{{json .Config.Labels}}", TAG).stdout)
     assert labels["org.opencontainers.image.title"] == "envkit cpu fastllm image"
     assert labels["org.opencontainers.image.description"] == "cpu, python 3.11, torch 2.13.0+cpu, fastllm 1.9.0"
+
+
+def test_an_image_whose_engine_is_not_the_release_its_solution_names_fails_the_engine_check(built):
+    """The same image labelled as if it were built for fastllm 1.8.0: the self-test reads ftllm 1.9.0 and fails."""
+    from envkit.adapters.engine import Engine
+    from envkit.app.selftest import SelftestRequest, run_in_image
+
+    engine = Engine.connect()
+    labels = json.loads(docker("image", "inspect", "-f", "{{json .Config.Labels}}", TAG).stdout)
+    solution = json.loads(labels["io.envkit.solution"])
+    solution["engine"]["version"] = "1.8.0"
+    image = engine.relabel(TAG, {"io.envkit.solution": json.dumps(solution)})
+    try:
+        result = run_in_image(image, SelftestRequest(quick=True), engine)
+    finally:
+        docker("rmi", image)
+    (check,) = [c for c in result.checks if c.name == "engine fastllm"]
+    assert not check.ok and not result.ok
+    assert check.detail == "ftllm is 1.9.0, not the 1.8.0 the image's solution names: rebuild the image (envkit build) for fastllm 1.8.0"

@@ -280,21 +280,23 @@ def build_target(t: Target, *, network: str, no_cache: bool, dry_run: bool, matr
     flags = ResolveFlags.from_mapping(t.flag_dict())
     serving = None if t.serve is None else prepare(ServeRequest(t.serve.model, t.serve.name, t.serve.args, t.serve.mount), reporter.say)
     to_fetch: tuple[str, ...] = ()
+    made: Optional[Generated] = None
     if t.offline:
         bundled = make_bundle(flags, out=f"envkit-bundles/{t.name}", matrix_path=matrix_path, reporter=reporter, serving=serving)
         if isinstance(bundled, Unsolved):
             return bundled
-        context = Path(f"envkit-bundles/{t.name}")
+        context, made = Path(f"envkit-bundles/{t.name}"), bundled.generated
     else:
         g = generate(flags, matrix_path=matrix_path, mirror=t.mirror, opts=Options(), out=f"envkit-build/{t.name}", serving=serving,
                      say=reporter.say)
         if isinstance(g, Unsolved):
             return g
         context = Path(f"envkit-build/{t.name}")
-        if isinstance(g.plan, BuildPlan):  # a container engine's context carries nothing to fetch
-            to_fetch = prepare_carried(g.plan, context, dry_run, reporter)
+        if isinstance(g, Generated):  # a pip stack (a container engine's context carries nothing to fetch)
+            to_fetch, made = prepare_carried(g.plan, context, dry_run, reporter), g
     return build_context(context, offline=t.offline, tag=t.image, network=network, no_cache=no_cache, dry_run=dry_run,
-                         reporter=reporter, secrets=secrets, export_wheels=export_wheels, sbom_dir=sbom_dir, to_fetch=to_fetch)
+                         reporter=reporter, secrets=secrets, export_wheels=export_wheels, sbom_dir=sbom_dir, to_fetch=to_fetch,
+                         made=made)
 
 
 def check_export_dir(export_wheels: Optional[str], plan: Optional[PlanDocument]) -> Optional[Path]:

@@ -885,11 +885,11 @@ _FTLLM_SOURCE = _Spec(FtllmSource, Table.of(
 
 _SGLANG = _Spec(Sglang, Table.of(
     _VERSION, _req("wheel"), _SOURCE, _opt("python", SpecifierSet), _opt("torch"), _strs("flashinfer"), _opt("kernel"),
-    _opt("cuda_major", _strict_int, int), _opt("min_cc", _cc), _strs("unknown")))
+    _strs("kernel_archs"), _opt("cuda_major", _strict_int, int), _opt("min_cc", _cc), _strs("unknown")))
 
 _PADDLE = _Spec(Paddle, Table.of(
     _req("package"), _req("version"), _req("variant"), _SOURCE, _opt("cuda"), _opt("cudnn"), _opt("dtk"),
-    Field("python", _python_list, list, ()), _opt("index"), _opt("find_links"), _opt("image"), _strs("unknown")))
+    Field("python", _python_list, list, ()), _opt("index"), _opt("find_links"), _opt("image"), _strs("archs"), _strs("unknown")))
 
 _LMDEPLOY = _Spec(Lmdeploy, Table.of(
     _VERSION, _req("wheel"), _SOURCE, Field("python", _python_list, list, ()), _opt("torch"), _strs("requires"),
@@ -919,10 +919,10 @@ ENGINE_TABLES: dict[str, EngineTable] = {  # each named by an engine of model/en
         "server_endpoints", "cpu_requires", "cpu_measured", "unknown", "source")),
     "ftllm_source": EngineTable(_FTLLM_SOURCE, lambda x: x.version, "version"),
     "sglang": EngineTable(_SGLANG, lambda x: x.version, "version", written=(
-        "version", "python", "torch", "flashinfer", "kernel", "cuda_major", "min_cc", "wheel", "unknown", "source")),
+        "version", "python", "torch", "flashinfer", "kernel", "kernel_archs", "cuda_major", "min_cc", "wheel", "unknown", "source")),
     "paddle": EngineTable(_PADDLE, lambda x: (_project(x.package), x.version, x.variant), "(package, version, variant)", by_version=False,
                           written=("package", "version", "variant", "cuda", "cudnn", "dtk", "python", "index", "find_links", "image",
-                                   "unknown", "source")),
+                                   "archs", "unknown", "source")),
     "lmdeploy": EngineTable(_LMDEPLOY, lambda x: x.version, "version", written=(
         "version", "python", "torch", "requires", "cuda_major", "archs", "min_cc", "wheel", "wheel_sha256", "unknown", "source")),
 }

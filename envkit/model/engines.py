@@ -345,6 +345,7 @@ class Sglang:
     torch: Optional[str] = None  # a Requires-Dist line, e.g. 'torch==2.6.0; extra == "srt"'
     flashinfer: tuple[str, ...] = ()
     kernel: Optional[str] = None
+    kernel_archs: tuple[str, ...] = ()  # CMake's arch list of the kernel wheel PyPI serves for x86_64; (): not in the matrix
     cuda_major: Optional[int] = None
     min_cc: Optional[CC] = None
     unknown: tuple[str, ...] = ()
@@ -365,6 +366,7 @@ class Paddle:
     index: Optional[str] = None
     find_links: Optional[str] = None
     image: Optional[str] = None
+    archs: tuple[str, ...] = ()  # measured: the SASS its main libraries carry (CMake's notation, "61-real"); (): not in the matrix
     unknown: tuple[str, ...] = ()
 
 

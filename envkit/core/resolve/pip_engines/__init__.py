@@ -13,7 +13,7 @@ import importlib
 from dataclasses import replace
 from typing import Callable, Iterator, Optional, Union, cast
 
-from envkit.core.resolve.pip_engines.common import Row, Rules, platform_of
+from envkit.core.resolve.pip_engines.common import UNCHECKED, Row, Rules, platform_of
 from envkit.model.engine_specs import PIP_ENGINES
 from envkit.model.matrix import Matrix
 from envkit.model.solution import Conflict, Query, Result
@@ -85,10 +85,21 @@ def _release_fix(m: Matrix, q: Query, r: Rules, conflicts: tuple[Conflict, ...],
     """A pinned release's stack fails under its own pins (its torch, its CUDA): where another release resolves for the
     same query, the fix of those conflicts names it; else the fixes stand (they may ask to drop a flag of the user's)."""
     unpinned = replace(q, engine_version=None)
-    found, _ = _first_release(m, unpinned, r, r.candidates(m, unpinned, platform_of(q)), fit)
+    found: Optional[Result] = None
+    passed_unchecked = False  # a newer release resolves, but only because its arch list is not in the matrix
+    for row in r.candidates(m, unpinned, platform_of(q)):  # newest first; the first whose arch list was checked wins
+        res, _ = _first_release(m, unpinned, r, [row], fit)
+        if res is None or res.solution is None or res.solution.engine is None:
+            continue
+        if not any(n.endswith(UNCHECKED) for n in res.solution.notes):
+            found = res
+            break
+        found, passed_unchecked = found or res, True
     if found is None or found.solution is None or found.solution.engine is None:
         return conflicts
     use = f"use --engine {q.engine}=={found.solution.engine.version}, the newest release that resolves here"
+    if passed_unchecked and not any(n.endswith(UNCHECKED) for n in found.solution.notes):
+        use += " with its arch list checked"
     why = {"engine.gpu-arch": f"{q.engine} {q.engine_version} is not built for this GPU"}
     return tuple(replace(c, fix=f"{use} ({why.get(c.rule, f'{q.engine} {q.engine_version} pins the torch and CUDA of this stack')})")
                  if c.rule in _PINNED_BY_THE_ENGINE else c for c in conflicts)

@@ -16,6 +16,7 @@ MODEL_DIR = "/models/model"  # the server's model directory in the image, mounte
 SERVE_PORT = 8000
 Row = Any  # the engine's own matrix row (model/engines.py)
 Arch = tuple[Optional[Conflict], Optional[str], Optional[str]]
+UNCHECKED = "is not checked"  # how a note ends that says a release's arch list is not in the matrix (no proof it runs)
 
 
 class Rules(Protocol):

@@ -7,7 +7,7 @@ from typing import Optional, Union
 
 from packaging.version import Version
 
-from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, Arch, runs_on, specifier_python_ok
+from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, UNCHECKED, Arch, runs_on, specifier_python_ok
 from envkit.core.resolve.query import release_starts_with
 from envkit.model.engines import EnginePackages, Ftllm, FtllmSource
 from envkit.model.matrix import Matrix, sass_runs_on
@@ -54,7 +54,7 @@ def conflicts(m: Matrix, q: Query, row: Row, plat: str) -> tuple[list[Conflict],
                                 f"{g.name} ({g.arch})", "pick another --engine fastllm==VERSION, or build it "
                                 "from source with -DCUDA_ARCH for this GPU", row.source))
         if not row.archs:
-            notes.append(f"{label(row)}: its wheel's CUDA arch list is not in the matrix; {g.arch} is not checked")
+            notes.append(f"{label(row)}: its wheel's CUDA arch list is not in the matrix; {g.arch} {UNCHECKED}")
     if plat == "cuda" and row.cuda_major is not None and q.driver is not None:
         floor = min((c.min_driver for c in m.cuda if c.version.major == row.cuda_major), default=None)
         if floor is not None and q.driver < floor:

@@ -10,7 +10,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, admits_triton, no_compile, pin, runs_on, triton_wanted
+from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, UNCHECKED, admits_triton, no_compile, pin, runs_on, triton_wanted
 from envkit.core.resolve.query import release_starts_with
 from envkit.model.engines import EnginePackages, Lmdeploy
 from envkit.model.matrix import CC, Matrix, TorchBuild
@@ -46,7 +46,7 @@ def conflicts(m: Matrix, q: Query, row: Lmdeploy, plat: str) -> tuple[list[Confl
             out.append(Conflict("engine.gpu-arch", f"{label(row)}'s TurboMind library is built for {', '.join(row.archs)}: none runs "
                                 f"on {g.name} ({g.arch})", _arch_fix(m, g.cc, g.name), row.source))
         elif not row.archs:
-            notes.append(f"{label(row)}: its TurboMind arch list is not in the matrix; {g.arch} is not checked")
+            notes.append(f"{label(row)}: its TurboMind arch list is not in the matrix; {g.arch} {UNCHECKED}")
     return out, notes
 
 

@@ -7,10 +7,10 @@ from typing import Optional, Union
 
 from packaging.version import InvalidVersion, Version
 
-from envkit.core.resolve.pip_engines.common import no_compile
+from envkit.core.resolve.pip_engines.common import UNCHECKED, no_compile, runs_on
 from envkit.core.resolve.query import release_starts_with
 from envkit.model.engines import EnginePackages, Paddle
-from envkit.model.matrix import Matrix
+from envkit.model.matrix import CC, Matrix
 from envkit.model.solution import Conflict, Query
 
 compile_arch = no_compile
@@ -41,7 +41,16 @@ def label(row: Paddle) -> str:
 
 def conflicts(m: Matrix, q: Query, row: Paddle, plat: str) -> tuple[list[Conflict], list[str]]:
     if plat == "cuda":
-        return _built_cuda_targets(m, q, row), []
+        out = _built_cuda_targets(m, q, row)
+        g = q.gpu
+        if out or g is None or g.cc is None or g.vendor != "nvidia":
+            return out, []
+        if not row.archs:
+            return [], [f"{label(row)}: the archs its libraries carry are not in the matrix; {g.arch} {UNCHECKED}"]
+        if not runs_on(row.archs, g.cc):
+            return [Conflict("engine.gpu-arch", f"{label(row)}'s libraries carry SASS for {', '.join(row.archs)} and no PTX: none runs "
+                             f"on {g.name} ({g.arch})", _arch_fix(m, g.cc, g.name), row.source)], []
+        return [], []
     return [Conflict("engine.platform", f"{label(row)} is a CUDA build; the query asks for {plat}"
                      + (" (Paddle's Hygon DCU builds come as Paddle's own images)" if plat == "dtk" else ""),
                      "use --engine torch there, or Paddle's DCU image", row.source)], []
@@ -63,6 +72,15 @@ def _built_cuda_targets(m: Matrix, q: Query, row: Paddle) -> list[Conflict]:
            else "no Paddle build in the matrix is compiled for it: use --engine vllm or --engine torch")
     return [Conflict("engine.gpu-arch", f"{label(row)} is compiled with CUDA {row.cuda}, which cannot target {g.cc.sm} "
                      f"({g.name})", fix, f"{row.source}; {toolkit.source}")]
+
+
+def _arch_fix(m: Matrix, cc: CC, gpu: str) -> str:
+    """The builds whose measured archs run on the GPU, or that none measured does (a pinned query's fix is the build that
+    resolves, pip_engines._release_fix)."""
+    able = [r for r in m.rows("paddle") if r.archs and runs_on(r.archs, cc)]
+    if able:
+        return f"use a Paddle build whose libraries run on {cc.sm}: " + ", ".join(r.version for r in able)
+    return f"no Paddle build whose archs the matrix holds runs on {gpu} ({cc.sm}): use --engine vllm or --engine torch"
 
 
 def python_ok(row: Paddle, py: Version) -> Optional[bool]:

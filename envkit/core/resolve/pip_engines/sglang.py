@@ -8,9 +8,18 @@ from typing import Optional, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envkit.core.resolve.pip_engines.common import MODEL_DIR, SERVE_PORT, no_compile, pin, pinned_version, specifier_python_ok
+from envkit.core.resolve.pip_engines.common import (
+    MODEL_DIR,
+    SERVE_PORT,
+    UNCHECKED,
+    no_compile,
+    pin,
+    pinned_version,
+    runs_on,
+    specifier_python_ok,
+)
 from envkit.model.engines import EnginePackages, Sglang
-from envkit.model.matrix import Matrix
+from envkit.model.matrix import CC, Matrix
 from envkit.model.solution import Conflict, Query
 
 compile_arch = no_compile
@@ -35,11 +44,26 @@ def conflicts(m: Matrix, q: Query, row: Sglang, plat: str) -> tuple[list[Conflic
                             "use --engine vllm or --engine torch there", row.source))
     g = q.gpu
     cc = g.cc if g is not None else None
+    notes = [f"{label(row)}: its wheel states no Requires-Python"] if row.python is None else []
     if cc is not None and plat == "cuda" and row.min_cc is not None and cc < row.min_cc:
         out.append(Conflict("engine.gpu-arch", f"{label(row)} refuses GPUs below compute capability {row.min_cc} "
                             f"(its own check: 'SGLang only supports sm75 and above'); {g.name if g else ''} is {cc}",
                             "use --engine vllm or --engine torch on this GPU", row.source))
-    return out, ([f"{label(row)}: its wheel states no Requires-Python"] if row.python is None else [])
+    elif g is not None and cc is not None and plat == "cuda" and row.kernel_archs and not runs_on(row.kernel_archs, cc):
+        out.append(Conflict("engine.gpu-arch", f"{label(row)} pins {pin(row.kernel)}, whose PyPI wheel is built for "
+                            f"{', '.join(row.kernel_archs)}: none runs on {g.name} ({g.arch})", _arch_fix(m, cc, g.name), row.source))
+    elif g is not None and cc is not None and plat == "cuda" and not row.kernel_archs:
+        notes.append(f"{label(row)}: the arch list of its kernel wheel ({pin(row.kernel)}) is not in the matrix; {g.arch} {UNCHECKED}")
+    return out, notes
+
+
+def _arch_fix(m: Matrix, cc: CC, gpu: str) -> str:
+    """The releases whose kernel wheel runs on the GPU, or that none whose list the matrix holds does (a pinned query's fix
+    is the release that resolves, pip_engines._release_fix)."""
+    able = [r for r in m.rows("sglang") if (r.min_cc is None or cc >= r.min_cc) and r.kernel_archs and runs_on(r.kernel_archs, cc)]
+    if able:
+        return f"use an sglang release whose kernel wheel runs on {cc.sm}: " + ", ".join(str(r.version) for r in reversed(able))
+    return f"no sglang release whose kernel arch list the matrix holds runs on {gpu} ({cc.sm}): use --engine vllm or --engine torch"
 
 
 def python_ok(row: Sglang, py: Version) -> Optional[bool]:

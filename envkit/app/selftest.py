@@ -41,7 +41,7 @@ class SelftestRequest:
 
 def check_engines(req: SelftestRequest) -> None:
     for e in req.engines:
-        if e not in script.ENGINES:
+        if e not in script.DECODERS:
             raise InputError(f"--engine {e!r} is not an engine",
                              "write --engine hf, hf-static, vllm, openai:http://HOST:PORT or triton:http://HOST:PORT")
 

@@ -110,7 +110,7 @@ SHAPES = {
     "tiny": {"arch": "llama", "source": "envkit (a CPU-sized Llama)",
              "config": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1024)},
 }
-ENGINES = ("hf", "hf-static", "vllm")
+DECODERS = ("hf", "hf-static", "vllm")  # the decode back ends of --engine (not the serving engines of engine_specs)
 # of the GPU's published HBM peak: a healthy H200 streamed 84-90 % of it (median of reps) over three calls of one day
 # (docs/selftest-h200.md); 80 % leaves that spread room and still fails a card that lost a fifth of its bandwidth
 PASS_BANDWIDTH = 0.80
@@ -905,7 +905,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", action="append", default=[], choices=sorted(SHAPES), help="decode a random-weight model of this shape")
     p.add_argument("--model", action="append", default=[], metavar="DIR",
                    help="decode a local model directory (its tokenizer too: characters/s)")
-    p.add_argument("--engine", action="append", default=[], choices=ENGINES,
+    p.add_argument("--engine", action="append", default=[], choices=DECODERS,
                    help="hf (eager), hf-static (static cache), vllm (offline engine)")
     p.add_argument("--parity", action="store_true", help="compare each engine's logits with the eager-attention reference")
     p.add_argument("--input-len", type=int, default=128, help="prompt tokens of the decode")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Collection, Literal, Optional, Sequence, Union
 
 from envkit.inimage.build_flash_attn import DEFAULT_HOST_MARCH
-from envkit.inimage.selftest import ENGINES, SHAPES
+from envkit.inimage.selftest import DECODERS, SHAPES
 
 OptKind = Literal["text", "flag", "int", "float", "list", "choice", "argument"]
 SERVE_PORT = 8000  # the serving image's port, unless --serve-port says otherwise (model/plan.py)
@@ -145,7 +145,7 @@ COMMAND_OPTIONS: dict[str, tuple[Opt, ...]] = {
     'selftest': (
         Opt('image', ('--image',), 'run inside this built image (network none, GPUs passed in) instead of here'),
         Opt('quick', ('--quick',), 'the checks and a short decode: a verdict within a minute', kind='flag'),
-        Opt('engines', ('--engine',), f"{', '.join(ENGINES)} (decode engines; repeat), or openai:URL or triton:URL (the serving sweep)",
+        Opt('engines', ('--engine',), f"{', '.join(DECODERS)} (decoders; repeat), or openai:URL or triton:URL (the serving sweep)",
             kind='list'),
         Opt('shapes', ('--shape',), f"decode a random-weight model of this shape: {', '.join(SHAPES)} (repeat)", kind='list'),
         Opt('model', ('--model',), "a local model DIR to decode; with openai:URL, the served model name (default: the server's first, from "

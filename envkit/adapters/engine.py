@@ -151,8 +151,9 @@ class Engine:
 
     def run(self, image: str, command: list[str], volumes: dict[str, dict], network: str = "bridge",
             stderr: bool = True) -> tuple[int, str]:
-        """Run a command in a new container and remove it: its exit status and output (stdout, and stderr unless not)."""
-        c = self.client.containers.run(image, command, volumes=volumes, network_mode=network, detach=True)
+        """Run a command in a new container and remove it: its exit status and output (stdout, and stderr unless not). The
+        command is run as given, whatever ENTRYPOINT the image sets (a serving image's is its server)."""
+        c = self.client.containers.run(image, command[1:], entrypoint=command[:1], volumes=volumes, network_mode=network, detach=True)
         try:
             rc = c.wait()["StatusCode"]
             logs = c.logs(stdout=True, stderr=stderr).decode(errors="replace")
@@ -198,7 +199,9 @@ class Engine:
             kw["name"] = spec.name
         if gpu:
             kw.update(self._gpu_kwargs(spec.gpu))
-        c = self.client.containers.create(spec.image, list(spec.command) or None, **kw)
+        if spec.command:  # the command as given, whatever ENTRYPOINT the image sets (a serving image's is its server)
+            kw["entrypoint"] = list(spec.command[:1])
+        c = self.client.containers.create(spec.image, list(spec.command[1:]) if spec.command else None, **kw)
         try:
             c.start()
         except Exception:

@@ -111,7 +111,7 @@ def test_the_table_and_the_parameters_form(triton_server):
     p = envkit("selftest", "--engine", f"triton:{triton_server['url']}", "--model", "ensemble", "--triton-parameters",
                "--concurrency", "1,2", "--num-prompts", "4", "--input-len", "32", "--output-len", "8")
     assert p.returncode == 0, p.stderr
-    assert f"serving sweep: ensemble at {triton_server['url']} (input 32, output 8 tokens)" in " ".join(p.stdout.split())
+    assert f"serving sweep: ensemble at {triton_server['url']} (input 32, output 8 tokens, 4 requests per level)" in " ".join(p.stdout.split())
     rows = [line.split("│") for line in p.stdout.splitlines() if line.startswith("│")]
     assert [(r[1].strip(), r[2].strip(), r[3].strip()) for r in rows] == [("1", "4", "0"), ("2", "4", "0")]
 

@@ -190,8 +190,7 @@ def prepare_carried(plan: BuildPlan, context: Path, dry_run: bool, reporter: Rep
     """A mirror build's carried files: fetched through the site into the context (not on a dry run: then the paths it
     would fetch, for the preflight to show)."""
     if dry_run:
-        return tuple(c.path for c in plan.carried if fetchable(plan, c.path)
-                     and (not (context / c.path).is_file() or carried_problem(context, c.path, c.what, c.origin)))
+        return tuple(c.path for c in plan.carried if fetchable(c) and carried_problem(context, c.path, c.what, c.origin))
     fetch_carried(plan, context, reporter.say, reporter.transfer)
     return ()
 
@@ -401,7 +400,7 @@ def left_stage_images(engine: Engine, result: BuildResult, final: set[str]) -> t
     the next build's layer cache, and disk until `docker image prune`; newcomer review 3, D19)."""
     left = []
     for stage, image in result.stage_images.items():
-        if image in final or any(image and f.startswith(("sha256:" + image, image)) for f in final) or not engine.has_image(image):
+        if not image or any(f.startswith((image, "sha256:" + image)) for f in final) or not engine.has_image(image):
             continue
         attrs = engine.image_attrs(image)
         if not attrs.get("RepoTags"):

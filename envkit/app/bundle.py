@@ -27,7 +27,7 @@ from envkit.errors import ExternalError, InputError
 from envkit.model.flags import ResolveFlags
 from envkit.model.lock import Lock
 from envkit.model.matrix import OsRelease
-from envkit.model.plan import BuildPlan, Options, ToolkitSource
+from envkit.model.plan import BuildPlan, Carried, Options, ToolkitSource
 from envkit.model.purl import PyPIRef, parse_pypi
 from envkit.model.solution import Unsolved
 
@@ -109,7 +109,7 @@ def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
                      progress_factory: Callable[[str], ContextManager[Tick]]) -> None:
     """Carried wheels that PyPI serves by file (a package installed without its dependencies), each checked by sha256."""
     for item in plan.carried:
-        ref = _pypi_file(item.origin) if item.path.startswith("wheelhouse/") else None
+        ref = _wheel_by_file(item)
         if ref is None:
             continue
         fetched = _fetch_cited(plan, ref, item.origin, out / item.path, item.path, progress_factory)
@@ -117,12 +117,15 @@ def fetch_pypi_files(plan: BuildPlan, out: Path, report: BundleReport, say: Say,
         say(f"{'fetched' if fetched else 'have'} {item.path} (sha256 verified)")
 
 
-def fetchable(plan: BuildPlan, item_path: str) -> bool:
-    """A carried file fetch_carried gets: a source archive, or a wheel its purl names with its sha256."""
-    if item_path.startswith("sources/"):
-        return True
-    item = next((c for c in plan.carried if c.path == item_path), None)
-    return item is not None and item_path.startswith("wheelhouse/") and _pypi_file(item.origin) is not None
+def fetchable(item: Carried) -> bool:
+    """A carried file fetch_carried gets: a source archive (fetch_sources), or a wheel its purl names with its sha256
+    (fetch_pypi_files)."""
+    return item.path.startswith("sources/") or _wheel_by_file(item) is not None
+
+
+def _wheel_by_file(item: Carried) -> Optional[PyPIRef]:
+    """The PyPI file of a carried wheel fetched by itself (without its dependencies), or None."""
+    return _pypi_file(item.origin) if item.path.startswith("wheelhouse/") else None
 
 
 def fetch_carried(plan: BuildPlan, out: Path, say: Say, progress_factory: Callable[[str], ContextManager[Tick]]) -> list[str]:
